@@ -1,0 +1,61 @@
+"""Publish as fast as possible with MPUB batches, like NSQ's bench/bench_writer.
+
+    python bench/bench_writer.py --nsqd-tcp-address=127.0.0.1:4150 --runfor=10s --size=200 --batch-size=200
+
+Each of --connections processes sends the same prebuilt MPUB batch and waits for its OK.
+Prints messages/s and MB/s over the whole run.
+"""
+
+import argparse
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.nsq_socket import BenchConnection  # noqa: E402
+from common.commands import Mpub  # noqa: E402
+from common.goflags import parse_duration  # noqa: E402
+
+
+def publish(address: str, topic: str, size: int, batch_size: int, deadline: float, result) -> None:
+    conn = BenchConnection(address)
+    batch = Mpub(topic, [b"a" * size] * batch_size).to_bytes()
+    sent = 0
+    while time.monotonic() < deadline:
+        conn.sock.sendall(batch)
+        conn.read_response()
+        sent += batch_size
+    conn.close()
+    result.put(sent)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150")
+    parser.add_argument("--topic", default="sub_bench")
+    parser.add_argument("--runfor", default="10s")
+    parser.add_argument("--size", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=200)
+    parser.add_argument("--connections", type=int, default=2)
+    args = parser.parse_args()
+    runfor = parse_duration(args.runfor)
+    result = multiprocessing.Queue()
+    start = time.monotonic()
+    deadline = start + runfor
+    workers = [multiprocessing.Process(target=publish, args=(args.nsqd_tcp_address, args.topic, args.size,
+                                                             args.batch_size, deadline, result))
+               for _ in range(args.connections)]
+    for worker in workers:
+        worker.start()
+    total = sum(result.get() for _ in workers)
+    for worker in workers:
+        worker.join()
+    elapsed = time.monotonic() - start
+    print(f"duration: {elapsed:.3f}s - {total * args.size / elapsed / 1024 / 1024:.3f}mb/s - "
+          f"{total / elapsed:.3f}ops/s - {elapsed / total * 1e6:.3f}us/op")
+
+
+if __name__ == "__main__":
+    main()

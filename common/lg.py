@@ -1,0 +1,36 @@
+"""NSQ's log line format and levels (internal/lg): ``[nsqd] 2006/01/02 15:04:05.000000 INFO: msg``."""
+
+import logging
+import sys
+import time
+
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
+          "error": logging.ERROR, "fatal": logging.CRITICAL}
+_NAMES = {logging.DEBUG: "DEBUG", logging.INFO: "INFO", logging.WARNING: "WARNING",
+          logging.ERROR: "ERROR", logging.CRITICAL: "FATAL"}
+
+
+class NSQFormatter(logging.Formatter):
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(record.created))
+        micros = int((record.created % 1) * 1_000_000)
+        line = f"{self.prefix}{stamp}.{micros:06d} {_NAMES.get(record.levelno, record.levelname)}: {record.getMessage()}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def setup(logger_name: str, level: str, prefix: str) -> logging.Logger:
+    """Send the service's log lines to stderr in NSQ's format."""
+    logger = logging.getLogger(logger_name)
+    logger.handlers.clear()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(NSQFormatter(prefix))
+    logger.addHandler(handler)
+    logger.setLevel(LEVELS[level])
+    logger.propagate = False
+    return logger

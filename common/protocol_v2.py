@@ -1,0 +1,332 @@
+"""nsqd's side of the V2 TCP protocol, sans-IO: feed bytes, take command events out.
+
+Theory of operation (nsqd/protocol_v2.go):
+
+* The client sends the 4-byte magic ``"  V2"`` first; anything else is E_BAD_PROTOCOL.
+* Then one command per line, ``NAME[ SP param]*\\n`` (a trailing ``\\r`` is dropped,
+  params split on single spaces). IDENTIFY, AUTH, PUB, MPUB and DPUB are followed by
+  ``[int32 size][size bytes]``.
+* Every check NSQ makes before it reads a body happens here, in NSQ's order, so a size
+  over the limit is refused before a byte of the body is buffered.
+* Which commands a connection may send depends on its state (init, subscribed,
+  closing). The server moves ``parser.state`` forward after SUB and CLS succeed.
+* Errors are raised as :class:`ClientError`; only nsqd's three *_FAILED codes are
+  non-fatal, and those come from the server, never from the parser.
+"""
+
+import struct
+from enum import IntEnum
+from typing import NamedTuple
+
+from .commands import MAGIC_V2, Auth, Cls, Dpub, Fin, Identify, Mpub, Nop, Pub, Rdy, Req, Sub, Touch
+from .errors import ClientError
+from .goquote import go_quote
+from .identify import decode_identify
+from .message import MSG_ID_LENGTH
+from .names import is_valid_name
+
+MAX_LINE_LENGTH = 16 * 1024  # nsqd reads lines through a 16 KiB bufio.Reader
+_SIZE = struct.Struct(">i")
+
+
+class State(IntEnum):
+    """Client states as nsqd reports them in /stats."""
+
+    INIT = 0
+    DISCONNECTED = 1
+    CONNECTED = 2
+    SUBSCRIBED = 3
+    CLOSING = 4
+
+
+class Limits(NamedTuple):
+    max_body_size: int = 5 * 1024 * 1024
+    max_msg_size: int = 1024 * 1024
+    max_rdy_count: int = 2500
+    max_req_timeout_ms: int = 60 * 60 * 1000
+
+
+class _NeedData:
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA = _NeedData()
+
+_ANY = frozenset(State)
+_INIT = frozenset({State.INIT})
+_SUBSCRIBED = frozenset({State.SUBSCRIBED})
+_IN_FLIGHT_OPS = frozenset({State.SUBSCRIBED, State.CLOSING})
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _base10(raw: bytes) -> int | None:
+    """NSQ's ByteToBase10: ASCII digits only (no sign), empty means 0."""
+    if not raw:
+        return 0
+    return int(raw) if raw.isdigit() and raw.isascii() else None
+
+
+def _invalid(description: str) -> ClientError:
+    return ClientError("E_INVALID", description)
+
+
+class CommandParser:
+    """Incremental, bounded parser of one client connection's byte stream."""
+
+    def __init__(self, limits: Limits = Limits(), expect_magic: bool = True):
+        self.limits = limits
+        self.state = State.INIT
+        self._magic_pending = expect_magic
+        self._buf = b""
+        self._pos = 0
+        self._pending: list[bytes] = []
+        self._avail = 0
+        self._need = 0
+        self._commands = {
+            b"IDENTIFY": (_INIT, self._identify),
+            b"AUTH": (_INIT, self._auth),
+            b"SUB": (_INIT, self._sub),
+            b"RDY": (_SUBSCRIBED, self._rdy),
+            b"FIN": (_IN_FLIGHT_OPS, self._fin),
+            b"REQ": (_IN_FLIGHT_OPS, self._req),
+            b"TOUCH": (_IN_FLIGHT_OPS, self._touch),
+            b"CLS": (_SUBSCRIBED, self._cls),
+            b"NOP": (_ANY, self._nop),
+            b"PUB": (_ANY, self._pub),
+            b"MPUB": (_ANY, self._mpub),
+            b"DPUB": (_ANY, self._dpub),
+        }
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet turned into events."""
+        return self._avail
+
+    def receive_data(self, data: bytes) -> None:
+        if self._need and self._avail + len(data) < self._need:
+            self._pending.append(data)
+            self._avail += len(data)
+            return
+        rest = self._buf[self._pos :] if self._pos < len(self._buf) else b""
+        if self._pending:
+            data = b"".join([rest, *self._pending, data])
+            self._pending.clear()
+        elif rest:
+            data = rest + data
+        self._buf = data
+        self._pos = 0
+        self._avail = len(data)
+        self._need = 0
+
+    def next_event(self):
+        """The next whole command, or NEED_DATA. Raises ClientError on bad input."""
+        if self._need:
+            return NEED_DATA
+        if self._magic_pending:
+            if self._avail < 4:
+                return self._wait(4)
+            if self._buf[self._pos : self._pos + 4] != MAGIC_V2:
+                raise ClientError("E_BAD_PROTOCOL")
+            self._magic_pending = False
+            self._consume(self._pos + 4)
+        while True:
+            buf, pos = self._buf, self._pos
+            newline = buf.find(b"\n", pos)
+            if newline < 0 or newline - pos > MAX_LINE_LENGTH:
+                if len(buf) - pos > MAX_LINE_LENGTH:
+                    raise _invalid(f"command line longer than {MAX_LINE_LENGTH} bytes")
+                return NEED_DATA
+            end = newline - 1 if newline > pos and buf[newline - 1] == 13 else newline
+            params = buf[pos:end].split(b" ")
+            entry = self._commands.get(params[0])
+            if entry is None:
+                raise _invalid(f"invalid command {_text(params[0])}")
+            allowed, parse = entry
+            if self.state in allowed:
+                return parse(params, newline + 1)
+            if params[0] != b"RDY" or self.state != State.CLOSING:
+                raise _invalid(f"cannot {_text(params[0])} in current state")
+            self._consume(newline + 1)  # RDY after CLS is ignored, as in nsqd
+
+    def _consume(self, new_pos: int) -> None:
+        self._avail -= new_pos - self._pos
+        self._pos = new_pos
+
+    def _wait(self, total_from_pos: int):
+        self._need = total_from_pos
+        return NEED_DATA
+
+    def _body(self, body_start: int, command: str, code: str, max_size: int):
+        """The size-prefixed body after a command line, NSQ's checks in NSQ's order."""
+        buf = self._buf
+        if len(buf) < body_start + 4:
+            return self._wait(body_start + 4 - self._pos)
+        size = _SIZE.unpack_from(buf, body_start)[0]
+        if code == "E_BAD_MESSAGE":
+            if size <= 0:
+                raise ClientError(code, f"{command} invalid message body size {size}")
+            if size > max_size:
+                raise ClientError(code, f"{command} message too big {size} > {max_size}")
+        else:
+            if size > max_size:
+                raise ClientError(code, f"{command} body too big {size} > {max_size}")
+            if size <= 0:
+                raise ClientError(code, f"{command} invalid body size {size}")
+        end = body_start + 4 + size
+        if len(buf) < end:
+            return self._wait(end - self._pos)
+        body = buf[body_start + 4 : end]
+        self._consume(end)
+        return body
+
+    def _topic(self, params: list[bytes], command: str, code_prefix: str = "") -> str:
+        topic = _text(params[1])
+        if not is_valid_name(topic):
+            raise ClientError("E_BAD_TOPIC", f"{code_prefix}{command} topic name {go_quote(params[1])} is not valid")
+        return topic
+
+    def _identify(self, params, body_start):
+        body = self._body(body_start, "IDENTIFY", "E_BAD_BODY", self.limits.max_body_size)
+        if body is NEED_DATA:
+            return body
+        return Identify(decode_identify(body))
+
+    def _auth(self, params, body_start):
+        if len(params) != 1:
+            raise _invalid("AUTH invalid number of parameters")
+        body = self._body(body_start, "AUTH", "E_BAD_BODY", self.limits.max_body_size)
+        if body is NEED_DATA:
+            return body
+        return Auth(body)
+
+    def _sub(self, params, body_start):
+        if len(params) < 3:
+            raise _invalid("SUB insufficient number of parameters")
+        topic = self._topic(params, "SUB")
+        channel = _text(params[2])
+        if not is_valid_name(channel):
+            raise ClientError("E_BAD_CHANNEL", f"SUB channel name {go_quote(params[2])} is not valid")
+        self._consume(body_start)
+        return Sub(topic, channel)
+
+    def _rdy(self, params, body_start):
+        count = 1
+        if len(params) > 1:
+            count = _base10(params[1])
+            if count is None:
+                raise _invalid(f"RDY could not parse count {_text(params[1])}")
+        if count > self.limits.max_rdy_count:
+            raise _invalid(f"RDY count {count} out of range 0-{self.limits.max_rdy_count}")
+        self._consume(body_start)
+        return Rdy(count)
+
+    def _message_id(self, params, command: str) -> bytes:
+        if len(params) < 2:
+            raise _invalid(f"{command} insufficient number of params")
+        msg_id = params[1]
+        if len(msg_id) != MSG_ID_LENGTH:
+            raise _invalid("invalid message ID")
+        return msg_id
+
+    def _fin(self, params, body_start):
+        msg_id = self._message_id(params, "FIN")
+        self._consume(body_start)
+        return Fin(msg_id)
+
+    def _touch(self, params, body_start):
+        msg_id = self._message_id(params, "TOUCH")
+        self._consume(body_start)
+        return Touch(msg_id)
+
+    def _req(self, params, body_start):
+        if len(params) < 3:
+            raise _invalid("REQ insufficient number of params")
+        msg_id = self._message_id(params, "REQ")
+        timeout = _base10(params[2])
+        if timeout is None:
+            raise _invalid(f"REQ could not parse timeout {_text(params[2])}")
+        self._consume(body_start)
+        return Req(msg_id, min(timeout, self.limits.max_req_timeout_ms))
+
+    def _cls(self, params, body_start):
+        self._consume(body_start)
+        return Cls()
+
+    def _nop(self, params, body_start):
+        self._consume(body_start)
+        return Nop()
+
+    def _pub(self, params, body_start):
+        if len(params) < 2:
+            raise _invalid("PUB insufficient number of parameters")
+        topic = self._topic(params, "PUB")
+        body = self._body(body_start, "PUB", "E_BAD_MESSAGE", self.limits.max_msg_size)
+        if body is NEED_DATA:
+            return body
+        return Pub(topic, body)
+
+    def _dpub(self, params, body_start):
+        if len(params) < 3:
+            raise _invalid("DPUB insufficient number of parameters")
+        topic = self._topic(params, "DPUB")
+        defer_ms = _base10(params[2])
+        if defer_ms is None:
+            raise _invalid(f"DPUB could not parse timeout {_text(params[2])}")
+        if defer_ms > self.limits.max_req_timeout_ms:
+            raise _invalid(f"DPUB timeout {defer_ms} out of range 0-{self.limits.max_req_timeout_ms}")
+        body = self._body(body_start, "DPUB", "E_BAD_MESSAGE", self.limits.max_msg_size)
+        if body is NEED_DATA:
+            return body
+        return Dpub(topic, defer_ms, body)
+
+    def _mpub(self, params, body_start):
+        if len(params) < 2:
+            raise _invalid("MPUB insufficient number of parameters")
+        topic = self._topic(params, "MPUB", code_prefix="E_BAD_TOPIC ")
+        buf = self._buf
+        if len(buf) < body_start + 4:
+            return self._wait(body_start + 4 - self._pos)
+        size = _SIZE.unpack_from(buf, body_start)[0]
+        if size <= 0:
+            raise ClientError("E_BAD_BODY", f"MPUB invalid body size {size}")
+        if size > self.limits.max_body_size:
+            raise ClientError("E_BAD_BODY", f"MPUB body too big {size} > {self.limits.max_body_size}")
+        start = body_start + 4
+        end = start + size
+        if len(buf) < end:
+            return self._wait(end - self._pos)
+        bodies = self._mpub_bodies(buf, start, end)
+        self._consume(end)
+        return Mpub(topic, bodies)
+
+    def _mpub_bodies(self, buf: bytes, start: int, end: int) -> list[bytes]:
+        if end - start < 4:
+            raise ClientError("E_BAD_BODY", "MPUB failed to read message count")
+        count = _SIZE.unpack_from(buf, start)[0]
+        if count <= 0 or count > (self.limits.max_body_size - 4) // 5:
+            raise ClientError("E_BAD_BODY", f"MPUB invalid message count {count}")
+        max_msg_size = self.limits.max_msg_size
+        unpack = _SIZE.unpack_from
+        bodies = []
+        pos = start + 4
+        for index in range(count):
+            if end - pos < 4:
+                raise ClientError("E_BAD_MESSAGE", f"MPUB failed to read message({index}) body size")
+            size = unpack(buf, pos)[0]
+            if size <= 0:
+                raise ClientError("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {size}")
+            if size > max_msg_size:
+                raise ClientError("E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg_size}")
+            pos += 4
+            if end - pos < size:
+                raise ClientError("E_BAD_MESSAGE", "MPUB failed to read message body")
+            bodies.append(buf[pos : pos + size])
+            pos += size
+        if pos != end:
+            # nsqd would parse these leftover bytes as the next command; refuse instead.
+            raise ClientError("E_BAD_BODY", f"MPUB body size {end - start} does not match its {count} messages ({pos - start} bytes)")
+        return bodies

@@ -1,0 +1,1 @@
+"""nsqadmin: not implemented yet (see the issue tracker)."""

@@ -1,0 +1,1 @@
+"""nsqd: the NSQ broker (TCP protocol V2) on trio."""

@@ -1,0 +1,160 @@
+"""A channel: one consumer group's copy of a topic's messages (nsqd/channel.go).
+
+Theory of operation:
+
+* Queued messages are (header, body) pairs in two deques; the body object is the one
+  the topic received, shared with every other channel of the topic.
+* Delivery is pushed, not polled: ``_ready`` holds the subscribed clients that can take
+  a message now (in_flight < RDY). A message put into the channel goes straight to the
+  next ready client, round-robin; it waits in the deque only when nobody is ready.
+  Invariant (while unpaused): a ready client exists only if the deque is empty. A client
+  that becomes ready again (RDY, FIN, REQ, timeout) first drains the deque.
+* In-flight messages live on the client that holds them (``Client.in_flight``), which
+  also owns their timeouts. Deferred messages (REQ with a delay, DPUB) wait in a heap
+  ordered by deadline; ``run_deferred`` sleeps until the earliest one is due.
+"""
+
+import heapq
+import itertools
+from collections import deque
+
+import trio
+
+from common.names import is_ephemeral
+
+
+class Channel:
+    def __init__(self, topic, name: str):
+        self.topic = topic
+        self.name = name
+        self.ephemeral = is_ephemeral(name)
+        self.paused = False
+        self.clients: dict[int, object] = {}
+        self.message_count = 0
+        self.requeue_count = 0
+        self.timeout_count = 0
+        self._headers: deque[bytes] = deque()
+        self._bodies: deque[bytes] = deque()
+        self._ready: deque = deque()
+        self._deferred: list[tuple[float, int, bytes, bytes]] = []
+        self._deferred_order = itertools.count()
+        self._deferred_changed = trio.Event()
+        self.deleted = False
+
+    def __repr__(self) -> str:
+        return f"<Channel {self.topic.name}:{self.name}>"
+
+    @property
+    def depth(self) -> int:
+        return len(self._headers)
+
+    @property
+    def deferred_count(self) -> int:
+        return len(self._deferred)
+
+    @property
+    def in_flight_count(self) -> int:
+        return sum(len(client.in_flight) for client in self.clients.values())
+
+    def put_many(self, headers: list[bytes], bodies: list[bytes]) -> None:
+        """New messages from the topic."""
+        self.message_count += len(headers)
+        if self.paused or not self._ready:
+            self._headers.extend(headers)
+            self._bodies.extend(bodies)
+            return
+        for index, header in enumerate(headers):
+            if not self._deliver_to_ready(header, bodies[index]):
+                self._headers.extend(headers[index:])
+                self._bodies.extend(bodies[index:])
+                return
+
+    def requeue(self, header: bytes, body: bytes) -> None:
+        """A message back from a client (REQ 0, timeout, disconnect) or out of deferral."""
+        if self.paused or not self._deliver_to_ready(header, body):
+            self._headers.append(header)
+            self._bodies.append(body)
+
+    def _deliver_to_ready(self, header: bytes, body: bytes) -> bool:
+        ready = self._ready
+        while ready:
+            client = ready[0]
+            if client.can_take_message():
+                client.send_message(header, body)
+                ready.rotate(-1)
+                return True
+            ready.popleft()
+            client.in_ready_queue = False
+        return False
+
+    def client_ready(self, client) -> None:
+        """The client can take more messages: drain the queue into it, then mark it ready."""
+        if self.paused or not client.can_take_message():
+            return
+        headers, bodies = self._headers, self._bodies
+        while headers:
+            client.send_message(headers.popleft(), bodies.popleft())
+            if not client.can_take_message():
+                return
+        if not client.in_ready_queue:
+            client.in_ready_queue = True
+            self._ready.append(client)
+
+    def add_client(self, client) -> None:
+        self.clients[client.id] = client
+
+    def remove_client(self, client) -> None:
+        """The client left: its in-flight messages go back to the channel at once."""
+        if self.clients.pop(client.id, None) is None:
+            return
+        if client.in_ready_queue:
+            self._ready.remove(client)
+            client.in_ready_queue = False
+        returned = client.take_in_flight()
+        self.requeue_count += len(returned)
+        for msg in returned:
+            self.requeue(msg.requeue_header(), msg.body)
+        if self.ephemeral and not self.clients:
+            self.topic.delete_channel(self.name)
+
+    def defer(self, header: bytes, body: bytes, delay: float) -> None:
+        deadline = trio.current_time() + delay
+        heapq.heappush(self._deferred, (deadline, next(self._deferred_order), header, body))
+        if self._deferred[0][0] == deadline:
+            self._deferred_changed.set()
+
+    async def run_deferred(self) -> None:
+        """Move deferred messages into the channel when they are due."""
+        while True:
+            self._deferred_changed = trio.Event()
+            deadline = self._deferred[0][0] if self._deferred else float("inf")
+            with trio.move_on_at(deadline):
+                await self._deferred_changed.wait()
+            self._release_due(trio.current_time())
+
+    def _release_due(self, now: float) -> None:
+        heap = self._deferred
+        while heap and heap[0][0] <= now:
+            _, _, header, body = heapq.heappop(heap)
+            self.requeue(header, body)
+
+    def pause(self) -> None:
+        self.paused = True
+        for client in self._ready:
+            client.in_ready_queue = False
+        self._ready.clear()
+
+    def unpause(self) -> None:
+        self.paused = False
+        for client in list(self.clients.values()):
+            self.client_ready(client)
+
+    def empty(self) -> None:
+        """Drop every queued, deferred and in-flight message (nsqd's Channel.Empty)."""
+        self._headers.clear()
+        self._bodies.clear()
+        self._deferred.clear()
+        self._deferred_changed.set()
+        for client in list(self.clients.values()):
+            client.take_in_flight()
+            self.client_ready(client)

@@ -1,0 +1,244 @@
+"""One V2 client connection's state (nsqd/client_v2.go), without the socket.
+
+Everything here is synchronous: commands change state and append frames to ``out``;
+the connection's writer task (nsqd/tcp.py) sends ``out`` when the flush policy says so:
+at once for responses and errors, and for messages when the client cannot take more,
+when ``out`` reaches output_buffer_size, or output_buffer_timeout after the first
+buffered byte. In-flight messages are kept in delivery order, which is deadline order
+because one client has one msg_timeout; a TOUCH moves its message to the end. The rare
+TOUCH whose deadline is capped by --max-msg-timeout is tracked apart in ``_capped``.
+"""
+
+import random
+import struct
+import time
+
+import trio
+
+from common.errors import ClientError, non_fatal
+from common.frames import FRAME_HEAD, FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, HEARTBEAT
+from common.message import HEADER_LENGTH
+from common.protocol_v2 import State
+
+from .message import InFlight
+from .options import DEFAULT_HEARTBEAT_INTERVAL
+
+_ATTEMPTS = struct.Struct(">H")
+_MESSAGE_OVERHEAD = 4 + HEADER_LENGTH  # frame type + header, counted in the frame size
+
+
+class Client:
+    def __init__(self, client_id: int, opts, remote_address: str):
+        self.id = client_id
+        self.opts = opts
+        self.remote_address = remote_address
+        remote_host = remote_address.rsplit(":", 1)[0].strip("[]")
+        self.client_id = remote_host
+        self.hostname = remote_host
+        self.user_agent = ""
+        self.connect_ts = int(time.time())
+        self.heartbeat_interval = DEFAULT_HEARTBEAT_INTERVAL
+        self.output_buffer_size = 16 * 1024
+        self.output_buffer_timeout = opts.output_buffer_timeout
+        self.msg_timeout = opts.msg_timeout
+        self.sample_rate = 0
+        self.state = State.INIT
+        self.identified = False
+        self.channel = None
+        self.ready_count = 0
+        self.in_ready_queue = False
+        self.in_flight: dict[bytes, InFlight] = {}
+        self._capped: dict[bytes, InFlight] = {}
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+        self.pub_counts: dict[str, int] = {}
+        self.out = bytearray()
+        self.flush_now = False
+        self.first_buffered_at = 0.0
+        self.output_changed = trio.Event()
+        self.timeouts_changed = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<Client {self.id} {self.remote_address}>"
+
+    # -- IDENTIFY -----------------------------------------------------------------
+
+    def identify(self, data: dict) -> None:
+        """Apply an IDENTIFY body, bounded by the --max-* flags (client_v2.go Identify)."""
+        opts = self.opts
+        self.client_id = data["client_id"]
+        self.hostname = data["hostname"]
+        self.user_agent = data["user_agent"]
+        heartbeat = data["heartbeat_interval"]
+        if heartbeat == -1:
+            self.heartbeat_interval = 0.0
+        elif heartbeat != 0:
+            if not 1000 <= heartbeat <= opts.max_heartbeat_interval * 1000:
+                raise _bad_identify(f"heartbeat interval ({heartbeat}) is invalid")
+            self.heartbeat_interval = heartbeat / 1000
+        size = data["output_buffer_size"]
+        if size == -1:
+            self.output_buffer_size = 1
+            self.output_buffer_timeout = 0.0
+        elif size != 0:
+            if not 64 <= size <= opts.max_output_buffer_size:
+                raise _bad_identify(f"output buffer size ({size}) is invalid")
+            self.output_buffer_size = size
+        timeout = data["output_buffer_timeout"]
+        if timeout == -1:
+            self.output_buffer_timeout = 0.0
+        elif timeout != 0:
+            if not opts.min_output_buffer_timeout * 1000 <= timeout <= opts.max_output_buffer_timeout * 1000:
+                raise _bad_identify(f"output buffer timeout ({timeout}) is invalid")
+            self.output_buffer_timeout = timeout / 1000
+        sample_rate = data["sample_rate"]
+        if not 0 <= sample_rate <= 99:
+            raise _bad_identify(f"sample rate ({sample_rate}) is invalid")
+        self.sample_rate = sample_rate
+        msg_timeout = data["msg_timeout"]
+        if msg_timeout != 0:
+            if not 1000 <= msg_timeout <= opts.max_msg_timeout * 1000:
+                raise _bad_identify(f"msg timeout ({msg_timeout}) is invalid")
+            self.msg_timeout = msg_timeout / 1000
+        self.identified = True
+
+    # -- output ------------------------------------------------------------------
+
+    def send_response(self, data: bytes) -> None:
+        self._send_frame(FRAME_TYPE_RESPONSE, data)
+
+    def send_error(self, err: ClientError) -> None:
+        self._send_frame(FRAME_TYPE_ERROR, err.to_bytes())
+
+    def send_heartbeat(self) -> None:
+        self._send_frame(FRAME_TYPE_RESPONSE, HEARTBEAT)
+
+    def _send_frame(self, frame_type: int, data: bytes) -> None:
+        self.out += FRAME_HEAD.pack(len(data) + 4, frame_type)
+        self.out += data
+        self.flush_now = True
+        self.output_changed.set()
+
+    def take_output(self) -> bytearray:
+        data, self.out = self.out, bytearray()
+        self.flush_now = False
+        return data
+
+    # -- delivery ----------------------------------------------------------------
+
+    def can_take_message(self) -> bool:
+        return len(self.in_flight) < self.ready_count and self.state == State.SUBSCRIBED
+
+    def send_message(self, header: bytes, body: bytes) -> None:
+        """Deliver one message: frame it into ``out`` and hold it in flight."""
+        if self.sample_rate and random.randrange(100) > self.sample_rate:
+            return
+        attempts = ((header[8] << 8) | header[9]) + 1
+        msg_id = header[10:HEADER_LENGTH]
+        now = trio.current_time()
+        in_flight = self.in_flight
+        if not in_flight:
+            self.timeouts_changed.set()
+        in_flight[msg_id] = InFlight(msg_id, header, body, attempts, now + self.msg_timeout, now)
+        self.message_count += 1
+        out = self.out
+        if not out:
+            self.first_buffered_at = now
+            self.output_changed.set()
+        out += FRAME_HEAD.pack(len(body) + _MESSAGE_OVERHEAD, FRAME_TYPE_MESSAGE)
+        out += header
+        _ATTEMPTS.pack_into(out, len(out) - 18, attempts & 0xFFFF)
+        out += body
+        if len(out) >= self.output_buffer_size or len(in_flight) >= self.ready_count:
+            self.flush_now = True
+            self.output_changed.set()
+
+    def set_ready_count(self, count: int) -> None:
+        self.ready_count = count
+        if self.channel is not None:
+            self.channel.client_ready(self)
+
+    def _pop_in_flight(self, msg_id: bytes, command: str, code: str) -> InFlight:
+        msg = self.in_flight.pop(msg_id, None)
+        if msg is None:
+            owned_elsewhere = self.channel is not None and any(
+                msg_id in other.in_flight for other in self.channel.clients.values() if other is not self)
+            reason = "client does not own message" if owned_elsewhere else "ID not in flight"
+            raise non_fatal(code, f"{command} {msg_id.decode('ascii', 'replace')} failed {reason}")
+        self._capped.pop(msg_id, None)
+        return msg
+
+    def finish(self, msg_id: bytes) -> None:
+        self._pop_in_flight(msg_id, "FIN", "E_FIN_FAILED")
+        self.finish_count += 1
+        self.channel.client_ready(self)
+
+    def requeue(self, msg_id: bytes, delay: float) -> None:
+        msg = self._pop_in_flight(msg_id, "REQ", "E_REQ_FAILED")
+        self.requeue_count += 1
+        channel = self.channel
+        channel.requeue_count += 1
+        if delay > 0:
+            channel.defer(msg.requeue_header(), msg.body, delay)
+        else:
+            channel.requeue(msg.requeue_header(), msg.body)
+        channel.client_ready(self)
+
+    def touch(self, msg_id: bytes) -> None:
+        msg = self._pop_in_flight(msg_id, "TOUCH", "E_TOUCH_FAILED")
+        now = trio.current_time()
+        msg.deadline = now + self.msg_timeout
+        cap = msg.delivered_at + self.opts.max_msg_timeout
+        if msg.deadline >= cap:
+            msg.deadline = cap
+            self._capped[msg_id] = msg
+            self.timeouts_changed.set()
+        self.in_flight[msg_id] = msg
+
+    def take_in_flight(self) -> list[InFlight]:
+        """Give up every in-flight message (disconnect, channel emptied)."""
+        held = list(self.in_flight.values())
+        self.in_flight.clear()
+        self._capped.clear()
+        return held
+
+    def next_deadline(self) -> float:
+        """When the earliest in-flight message times out (inf if none)."""
+        deadline = float("inf")
+        for msg in self.in_flight.values():
+            deadline = msg.deadline
+            break
+        for msg in self._capped.values():
+            deadline = min(deadline, msg.deadline)
+        return deadline
+
+    def expire(self, now: float) -> int:
+        """Requeue every in-flight message whose deadline has passed; how many."""
+        expired: dict[bytes, InFlight] = {}
+        for msg_id, msg in self.in_flight.items():
+            if msg.deadline > now:
+                break
+            expired[msg_id] = msg
+        for msg_id, msg in self._capped.items():
+            if msg.deadline <= now:
+                expired[msg_id] = msg
+        if not expired:
+            return 0
+        channel = self.channel
+        for msg_id, msg in expired.items():
+            del self.in_flight[msg_id]
+            self._capped.pop(msg_id, None)
+            channel.timeout_count += 1
+            channel.requeue(msg.requeue_header(), msg.body)
+        channel.client_ready(self)
+        return len(expired)
+
+    def start_close(self) -> None:
+        """CLS: no more deliveries to this client; it may still FIN what it holds."""
+        self.ready_count = 0
+        self.state = State.CLOSING
+
+
+def _bad_identify(reason: str) -> ClientError:
+    return ClientError("E_BAD_BODY", f"IDENTIFY {reason}")

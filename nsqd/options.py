@@ -1,0 +1,111 @@
+"""nsqd's flags, with NSQ v1.3's names and defaults (apps/nsqd/options.go, nsqd/options.go)."""
+
+import hashlib
+import socket
+import tomllib
+import zlib
+from types import SimpleNamespace
+
+from common.goflags import Flag, FlagError, parse_args, resolve
+
+LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
+
+
+def default_node_id(hostname: str | None = None) -> int:
+    """crc32(md5(hostname)) % 1024, as nsqd computes it."""
+    digest = hashlib.md5((hostname or socket.gethostname()).encode()).digest()
+    return zlib.crc32(digest) % 1024
+
+
+FLAGS = [
+    Flag("version", "bool", False, "print version string"),
+    Flag("config", "str", "", "path to config file"),
+    Flag("log-level", "str", "info", "set log verbosity: debug, info, warn, error, or fatal"),
+    Flag("log-prefix", "str", "[nsqd] ", "log message prefix"),
+    Flag("verbose", "bool", False, "[deprecated] has no effect, use --log-level"),
+    Flag("node-id", "int", default_node_id(), "unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)", cfg_key="id"),
+    Flag("tcp-address", "str", "0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients"),
+    Flag("msg-timeout", "duration", 60.0, "default duration to wait before auto-requeing a message"),
+    Flag("max-msg-timeout", "duration", 15 * 60.0, "maximum duration before a message will timeout"),
+    Flag("max-msg-size", "int", 1024 * 1024, "maximum size of a single message in bytes"),
+    Flag("max-req-timeout", "duration", 60 * 60.0, "maximum requeuing timeout for a message"),
+    Flag("max-body-size", "int", 5 * 1024 * 1024, "maximum size of a single command body"),
+    Flag("max-heartbeat-interval", "duration", 60.0, "maximum client configurable duration of time between client heartbeats"),
+    Flag("max-rdy-count", "int", 2500, "maximum RDY count for a client"),
+    Flag("max-output-buffer-size", "int", 64 * 1024, "maximum client configurable size (in bytes) for a client output buffer"),
+    Flag("max-output-buffer-timeout", "duration", 30.0, "maximum client configurable duration of time between flushing to a client"),
+    Flag("min-output-buffer-timeout", "duration", 0.025, "minimum client configurable duration of time between flushing to a client"),
+    Flag("output-buffer-timeout", "duration", 0.25, "default duration of time between flushing data to clients"),
+    Flag("max-channel-consumers", "int", 0, "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)"),
+]
+
+# Options without flags (nsqd/options.go NewOptions).
+CLIENT_TIMEOUT = 60.0
+DEFAULT_HEARTBEAT_INTERVAL = CLIENT_TIMEOUT / 2
+
+
+def _validate(opts: SimpleNamespace) -> None:
+    if not 0 <= opts.node_id < 1024:
+        raise FlagError(f"--node-id must be [0,1024), got {opts.node_id}")
+    opts.log_level = opts.log_level.lower()
+    if opts.log_level not in LOG_LEVELS:
+        raise FlagError(f"invalid log level {opts.log_level!r}: use one of {', '.join(LOG_LEVELS)}")
+    for name in ("max_msg_size", "max_body_size", "max_rdy_count", "max_output_buffer_size"):
+        if getattr(opts, name) <= 0:
+            raise FlagError(f"--{name.replace('_', '-')} must be greater than 0, got {getattr(opts, name)}")
+    if opts.max_channel_consumers < 0:
+        raise FlagError(f"--max-channel-consumers must be 0 (unlimited) or more, got {opts.max_channel_consumers}")
+    for name in ("msg_timeout", "max_msg_timeout", "max_req_timeout", "max_heartbeat_interval",
+                 "max_output_buffer_timeout", "min_output_buffer_timeout", "output_buffer_timeout"):
+        if getattr(opts, name) < 0:
+            raise FlagError(f"--{name.replace('_', '-')} must not be negative")
+    if opts.min_output_buffer_timeout > opts.max_output_buffer_timeout:
+        raise FlagError("--min-output-buffer-timeout must not exceed --max-output-buffer-timeout")
+    if opts.msg_timeout > opts.max_msg_timeout:
+        raise FlagError("--msg-timeout must not exceed --max-msg-timeout")
+    parse_address(opts.tcp_address, "--tcp-address")
+
+
+def parse_address(address: str, what: str) -> tuple[str, int] | str:
+    """``host:port`` as (host, port), or a unix socket path as it is."""
+    if address.startswith("/") or ":" not in address:
+        if not address:
+            raise FlagError(f"{what} must not be empty")
+        return address
+    host, _, port_text = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not port_text.isdigit() or int(port_text) > 65535:
+        raise FlagError(f"{what}: invalid port in {address!r}")
+    return host, int(port_text)
+
+
+def load_options(argv: list[str]) -> SimpleNamespace:
+    """Resolve flags, config file and defaults into validated options, or raise FlagError."""
+    given = parse_args(FLAGS, argv)
+    config: dict = {}
+    config_path = given.get("config", "")
+    if config_path:
+        try:
+            with open(config_path, "rb") as handle:
+                config = tomllib.load(handle)
+        except OSError as exc:
+            raise FlagError(f"failed to load config file {config_path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise FlagError(f"failed to load config file {config_path}: {exc}") from exc
+    resolved = resolve(FLAGS, given, config)
+    opts = SimpleNamespace(**resolved.values)
+    opts.unknown_config_keys = resolved.unknown_config_keys
+    _validate(opts)
+    return opts
+
+
+def default_options(**overrides) -> SimpleNamespace:
+    """Defaults with overrides applied, for embedding nsqd in tests and benchmarks."""
+    opts = SimpleNamespace(**resolve(FLAGS, {}, {}).values)
+    opts.unknown_config_keys = []
+    for name, value in overrides.items():
+        if not hasattr(opts, name):
+            raise FlagError(f"unknown option {name}")
+        setattr(opts, name, value)
+    _validate(opts)
+    return opts

@@ -1,0 +1,1 @@
+"""nsqlookupd: not implemented yet (see the issue tracker)."""

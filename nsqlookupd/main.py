@@ -1,0 +1,12 @@
+"""``nsqlookupd``: a placeholder until its issue lands."""
+
+import sys
+
+
+def main() -> int:
+    print("nsqlookupd: not implemented yet", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
