@@ -12,7 +12,6 @@ HEARTBEAT = b"_heartbeat_"
 CLOSE_WAIT = b"CLOSE_WAIT"
 
 FRAME_HEAD = struct.Struct(">ii")
-_SIZE = struct.Struct(">i")
 
 
 def encode_frame(frame_type: int, data: bytes) -> bytes:
@@ -68,6 +67,3 @@ class FrameReader:
         while (frame := self.next_frame()) is not None:
             yield frame
 
-
-def decode_size_prefixed(buf, pos: int) -> int:
-    return _SIZE.unpack_from(buf, pos)[0]

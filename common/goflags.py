@@ -11,53 +11,103 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-_DURATION_UNITS = {
-    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
+from .goquote import go_quote
+
+_NS_PER_UNIT = {
+    "ns": 1, "us": 10**3, "µs": 10**3, "μs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9,
 }
-_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION_PART = re.compile(r"([0-9]*)(?:\.([0-9]*))?([^0-9.]*)")
+_MAX_DURATION_NS = 2**63  # Go's bound on the magnitude; +2**63 itself overflows
+_GO_INT = re.compile(r"[+-]?[0-9a-zA-Z_]+")
 
 
 class FlagError(ValueError):
     """A flag or config value that cannot be used; the message says which and why."""
 
 
-def parse_duration(text: str) -> float:
-    """Go's time.ParseDuration, returning seconds."""
-    raw = text.strip()
-    sign = -1.0 if raw.startswith("-") else 1.0
-    body = raw.lstrip("+-")
+def _time_quote(text: str) -> str:
+    """How Go's time package quotes input in its errors: non-ASCII and control bytes as \\xNN."""
+    out = []
+    for byte in text.encode("utf-8", "surrogateescape"):
+        char = chr(byte)
+        if byte < 0x20 or byte >= 0x80:
+            out.append(f"\\x{byte:02x}")
+        else:
+            out.append("\\" + char if char in '"\\' else char)
+    return '"' + "".join(out) + '"'
+
+
+def parse_duration_ns(text: str) -> int:
+    """Go's time.ParseDuration: ``[-+]?([0-9]*(\\.[0-9]*)?[a-z]+)+`` or ``0``, in nanoseconds."""
+    invalid = FlagError(f"time: invalid duration {_time_quote(text)}")
+    negative, body = text.startswith("-"), text[1:] if text[:1] in ("-", "+") else text
     if body == "0":
-        return 0.0
+        return 0
     if not body:
-        raise FlagError(f'time: invalid duration "{text}"')
-    total, pos = 0.0, 0
+        raise invalid
+    total, pos = 0, 0
     while pos < len(body):
         match = _DURATION_PART.match(body, pos)
-        if match is None:
-            if re.fullmatch(r"[\d.]+", body[pos:]):
-                raise FlagError(f'time: missing unit in duration "{text}"')
-            raise FlagError(f'time: invalid duration "{text}"')
-        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        whole, fraction, unit = match.group(1), match.group(2) or "", match.group(3)
+        if not whole and not fraction:
+            raise invalid
+        if not unit:
+            raise FlagError(f"time: missing unit in duration {_time_quote(text)}")
+        if unit not in _NS_PER_UNIT:
+            raise FlagError(f"time: unknown unit {_time_quote(unit)} in duration {_time_quote(text)}")
+        scale = _NS_PER_UNIT[unit]
+        total += int(whole or "0") * scale + int(fraction or "0") * scale // 10 ** len(fraction)
+        if total > _MAX_DURATION_NS:
+            raise invalid
         pos = match.end()
-    return sign * total
+    if not negative and total == _MAX_DURATION_NS:
+        raise invalid
+    return -total if negative else total
+
+
+def parse_duration(text: str) -> float:
+    """Go's time.ParseDuration, returning seconds."""
+    return parse_duration_ns(text) / 1e9
+
+
+def _decimal(value: int, scale: int) -> str:
+    """``value / scale`` written out exactly, trailing zeros dropped (Go's fmtFrac)."""
+    whole, fraction = divmod(value, scale)
+    digits = str(fraction).rjust(len(str(scale)) - 1, "0").rstrip("0")
+    return f"{whole}.{digits}" if digits else str(whole)
 
 
 def format_duration(seconds: float) -> str:
-    """Go's Duration.String() for the values flags use (help text, /config answers)."""
-    if seconds == 0:
+    """Go's Duration.String(): ``1h2m3.5s``, ``250ms``, ``1.5µs``, ``0s``."""
+    ns = round(seconds * 1e9)
+    sign, ns = ("-" if ns < 0 else ""), abs(ns)
+    if ns == 0:
         return "0s"
-    if seconds < 1:
-        for unit, scale in (("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
-            if seconds >= scale:
-                return f"{seconds / scale:g}{unit}"
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    out = ""
-    if hours:
-        out += f"{int(hours)}h"
-    if hours or minutes:
-        out += f"{int(minutes)}m"
-    return out + f"{secs:g}s"
+    if ns < 10**9:
+        unit, scale = ("ms", 10**6) if ns >= 10**6 else ("µs", 10**3) if ns >= 10**3 else ("ns", 1)
+        return sign + _decimal(ns, scale) + unit
+    minutes, rest = divmod(ns, 60 * 10**9)
+    hours, minutes = divmod(minutes, 60)
+    out = f"{hours}h{minutes}m" if hours else f"{minutes}m" if minutes else ""
+    return sign + out + _decimal(rest, 10**9) + "s"
+
+
+def parse_int(text: str) -> int:
+    """Go's strconv.ParseInt(text, 0, 64), as flag.Int parses: ``0x1f``, ``0b1``, ``0o17``,
+    ``017`` (a leading 0 means octal), ``1_000``."""
+    if not _GO_INT.fullmatch(text):
+        raise ValueError("parse error")
+    sign = "-" if text[0] == "-" else ""
+    digits = text[1:] if text[0] in "+-" else text
+    if len(digits) > 1 and digits[0] == "0" and digits[1] not in "bBoOxX":
+        digits = "0o" + digits[1:]
+    try:
+        value = int(sign + digits, 0)
+    except ValueError:
+        raise ValueError("parse error") from None
+    if not -(2**63) <= value < 2**63:
+        raise ValueError("value out of range")
+    return value
 
 
 def parse_bool(text: str) -> bool:
@@ -87,21 +137,36 @@ class Flag:
         return self.name.replace("-", "_")
 
 
+def _parse_floats(text: str) -> list[float]:
+    """A comma-separated list of floats (nsq's app.FloatArray, go-options' []float64)."""
+    return [float(part) for part in text.split(",")]
+
+
 def _convert(flag: Flag, text: str) -> Any:
+    """A command-line value as Go's flag.Value.Set reads it."""
     try:
-        if flag.kind == "str":
+        if flag.kind in ("str", "list"):
             return text
         if flag.kind == "int":
-            return int(text, 10)
+            return parse_int(text)
         if flag.kind == "bool":
             return parse_bool(text)
         if flag.kind == "duration":
             return parse_duration(text)
         if flag.kind == "float_list":
-            return [float(part) for part in text.split(",") if part]
+            return _parse_floats(text)
     except ValueError as exc:
-        raise FlagError(f'invalid value "{text}" for flag -{flag.name}: {exc}') from exc
+        raise FlagError(f"invalid value {go_quote(text)} for flag -{flag.name}: {exc}") from exc
     raise FlagError(f"flag -{flag.name} has unknown kind {flag.kind}")
+
+
+def _split_flag(arg: str) -> tuple[str, str | None]:
+    """``-name``, ``--name``, ``-name=value`` as (name, value or None), Go's flag syntax."""
+    name = arg[2:] if arg.startswith("--") else arg[1:]
+    if not name or name[0] in "-=":
+        raise FlagError(f"bad flag syntax: {arg}")
+    name, equals, value = name.partition("=")
+    return name, value if equals else None
 
 
 def parse_args(flags: list[Flag], argv: list[str]) -> dict[str, Any]:
@@ -115,20 +180,21 @@ def parse_args(flags: list[Flag], argv: list[str]) -> dict[str, Any]:
             break
         if not arg.startswith("-") or arg == "-":
             raise FlagError(f"unexpected argument {arg!r}: nsq daemons take only flags")
-        name, has_value, value = arg.lstrip("-").partition("=")
+        name, value = _split_flag(arg)
         flag = by_name.get(name)
         if flag is None:
             raise FlagError(f"flag provided but not defined: -{name}")
-        if flag.kind == "bool" and not has_value:
+        if value is None and flag.kind == "bool":
             value = "true"
-        elif not has_value:
+        elif value is None:
             if not args:
                 raise FlagError(f"flag needs an argument: -{name}")
             value = args.pop(0)
         converted = _convert(flag, value)
-        if flag.kind in ("list", "float_list"):
-            items = [value] if flag.kind == "list" else converted
-            given.setdefault(flag.attr, []).extend(items)
+        if flag.kind == "list":
+            given.setdefault(flag.attr, []).append(converted)
+        elif flag.kind == "float_list":
+            given[flag.attr] = sorted(given.get(flag.attr, []) + converted)
         else:
             given[flag.attr] = converted
     if args:
@@ -139,42 +205,39 @@ def parse_args(flags: list[Flag], argv: list[str]) -> dict[str, Any]:
 def _from_config(flag: Flag, value: Any) -> Any:
     """A TOML value coerced as go-options does for the flag's type."""
     where = f"config key {flag.key!r}"
-    if flag.kind == "duration":
-        if isinstance(value, bool):
-            raise FlagError(f"{where}: expected a duration, got {value!r}")
-        if isinstance(value, int):
-            return value * flag.duration_int_unit
-        if isinstance(value, str):
-            if value.isdigit():
-                return int(value) * flag.duration_int_unit
-            try:
+    try:
+        if flag.kind == "duration":
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value * flag.duration_int_unit
+            if isinstance(value, str):
+                if re.fullmatch(r"[0-9]+", value):
+                    return int(value) * flag.duration_int_unit
                 return parse_duration(value)
-            except FlagError as exc:
-                raise FlagError(f"{where}: {exc}") from exc
-    elif flag.kind == "int":
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str) and re.fullmatch(r"-?\d+", value):
-            return int(value)
-    elif flag.kind == "bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            try:
+        elif flag.kind == "int":
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value):
+                return int(value)
+        elif flag.kind == "bool":
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str):
                 return parse_bool(value)
-            except FlagError as exc:
-                raise FlagError(f"{where}: {exc}") from exc
-    elif flag.kind == "str":
-        if isinstance(value, str):
-            return value
-    elif flag.kind == "list":
-        if isinstance(value, list) and all(isinstance(item, str) for item in value):
-            return list(value)
-        if isinstance(value, str):
-            return [value]
-    elif flag.kind == "float_list":
-        if isinstance(value, list) and all(isinstance(i, (int, float)) and not isinstance(i, bool) for i in value):
-            return [float(item) for item in value]
+        elif flag.kind == "str":
+            if isinstance(value, str):
+                return value
+        elif flag.kind == "list":
+            if isinstance(value, list) and all(isinstance(item, str) for item in value):
+                return list(value)
+            if isinstance(value, str):
+                return value.split(",")
+        elif flag.kind == "float_list":
+            if isinstance(value, list) and all(isinstance(i, (int, float)) and not isinstance(i, bool) for i in value):
+                return [float(item) for item in value]
+            if isinstance(value, str):
+                return _parse_floats(value)
+    except ValueError as exc:
+        raise FlagError(f"{where}: {exc}") from exc
     raise FlagError(f"{where}: invalid value {value!r} for a {flag.kind} option")
 
 
@@ -210,7 +273,7 @@ def usage(program: str, flags: list[Flag]) -> str:
         default = flag.default
         if flag.kind == "duration":
             default = format_duration(default)
-        shown = f" (default {default!r})" if flag.kind == "str" and default else (
+        shown = f" (default {go_quote(default)})" if flag.kind == "str" and default else (
             f" (default {default})" if default not in ("", [], False, None) else "")
         lines.append(f"    \t{flag.help}{shown}")
     return "\n".join(lines)

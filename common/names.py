@@ -14,9 +14,6 @@ def is_valid_name(name: str) -> bool:
     return 0 < len(name) <= MAX_NAME_LENGTH and _VALID_NAME.fullmatch(name) is not None
 
 
-is_valid_topic_name = is_valid_name
-is_valid_channel_name = is_valid_name
-
 
 def is_ephemeral(name: str) -> bool:
     return name.endswith(EPHEMERAL_SUFFIX)

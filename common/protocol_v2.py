@@ -25,7 +25,7 @@ from .identify import decode_identify
 from .message import MSG_ID_LENGTH
 from .names import is_valid_name
 
-MAX_LINE_LENGTH = 16 * 1024  # nsqd reads lines through a 16 KiB bufio.Reader
+MAX_LINE_LENGTH = 16 * 1024  # newline included: nsqd reads lines through a 16 KiB bufio.Reader
 _SIZE = struct.Struct(">i")
 
 
@@ -135,9 +135,9 @@ class CommandParser:
             self._consume(self._pos + 4)
         while True:
             buf, pos = self._buf, self._pos
-            newline = buf.find(b"\n", pos)
-            if newline < 0 or newline - pos > MAX_LINE_LENGTH:
-                if len(buf) - pos > MAX_LINE_LENGTH:
+            newline = buf.find(b"\n", pos, pos + MAX_LINE_LENGTH)
+            if newline < 0:
+                if len(buf) - pos >= MAX_LINE_LENGTH:
                     raise _invalid(f"command line longer than {MAX_LINE_LENGTH} bytes")
                 return NEED_DATA
             end = newline - 1 if newline > pos and buf[newline - 1] == 13 else newline

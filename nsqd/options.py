@@ -79,30 +79,40 @@ def parse_address(address: str, what: str) -> tuple[str, int] | str:
     return host, int(port_text)
 
 
-def load_options(argv: list[str]) -> SimpleNamespace:
-    """Resolve flags, config file and defaults into validated options, or raise FlagError."""
-    given = parse_args(FLAGS, argv)
-    config: dict = {}
-    config_path = given.get("config", "")
-    if config_path:
-        try:
-            with open(config_path, "rb") as handle:
-                config = tomllib.load(handle)
-        except OSError as exc:
-            raise FlagError(f"failed to load config file {config_path}: {exc.strerror}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise FlagError(f"failed to load config file {config_path}: {exc}") from exc
+def _read_config(path: str) -> dict:
+    if not path:
+        return {}
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise FlagError(f"failed to load config file {path}: {exc.strerror}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise FlagError(f"failed to load config file {path}: {exc}") from exc
+
+
+def _resolved(given: dict, config: dict) -> SimpleNamespace:
     resolved = resolve(FLAGS, given, config)
-    opts = SimpleNamespace(**resolved.values)
-    opts.unknown_config_keys = resolved.unknown_config_keys
+    return SimpleNamespace(**resolved.values, unknown_config_keys=resolved.unknown_config_keys)
+
+
+def load_options(argv: list[str]) -> SimpleNamespace:
+    """Resolve flags, config file and defaults into validated options, or raise FlagError.
+
+    With ``--version`` the config file is neither read nor checked: nsqd prints its
+    version as soon as the flags parse.
+    """
+    given = parse_args(FLAGS, argv)
+    if given.get("version"):
+        return _resolved(given, {})
+    opts = _resolved(given, _read_config(given.get("config", "")))
     _validate(opts)
     return opts
 
 
 def default_options(**overrides) -> SimpleNamespace:
     """Defaults with overrides applied, for embedding nsqd in tests and benchmarks."""
-    opts = SimpleNamespace(**resolve(FLAGS, {}, {}).values)
-    opts.unknown_config_keys = []
+    opts = _resolved({}, {})
     for name, value in overrides.items():
         if not hasattr(opts, name):
             raise FlagError(f"unknown option {name}")

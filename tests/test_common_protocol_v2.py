@@ -1,0 +1,560 @@
+"""common/protocol_v2.py and common/commands.py: the V2 command stream, byte for byte (reference §1.2, §1.4)."""
+
+import json
+import random
+import struct
+
+import pytest
+
+from common.commands import (
+    MAGIC_V2, Auth, Cls, Dpub, Fin, Identify, Mpub, Nop, Pub, Rdy, Req, Sub, Touch,
+)
+from common.errors import ClientError
+from common.frames import encode_error
+from common.identify import FIELDS
+from common.protocol_v2 import MAX_LINE_LENGTH, NEED_DATA, CommandParser, Limits, State
+
+MSG_ID = b"0a1b2c3d4e5f6071"
+INIT, SUBSCRIBED, CLOSING = State.INIT, State.SUBSCRIBED, State.CLOSING
+
+
+def size(n: int) -> bytes:
+    return struct.pack(">i", n)
+
+
+IDENTIFY_BODY = b'{"client_id":"c1","heartbeat_interval":1000,"feature_negotiation":true}'
+IDENTIFY_DATA = {name: zero for name, (_, zero) in FIELDS.items()} | {
+    "client_id": "c1", "heartbeat_interval": 1000, "feature_negotiation": True,
+}
+MPUB_BODY = size(2) + size(3) + b"one" + size(3) + b"two"
+
+# (wire bytes, event, a state the command is allowed in)
+VECTORS = {
+    "IDENTIFY": (b"IDENTIFY\n" + size(len(IDENTIFY_BODY)) + IDENTIFY_BODY, Identify(IDENTIFY_DATA), INIT),
+    "AUTH": (b"AUTH\n\x00\x00\x00\x06secret", Auth(b"secret"), INIT),
+    "SUB": (b"SUB test ch\n", Sub("test", "ch"), INIT),
+    "PUB": (b"PUB test\n\x00\x00\x00\x05hello", Pub("test", b"hello"), INIT),
+    "MPUB": (b"MPUB test\n\x00\x00\x00\x12" + MPUB_BODY, Mpub("test", [b"one", b"two"]), INIT),
+    "DPUB": (b"DPUB test 1500\n\x00\x00\x00\x02hi", Dpub("test", 1500, b"hi"), INIT),
+    "RDY": (b"RDY 100\n", Rdy(100), SUBSCRIBED),
+    "FIN": (b"FIN 0a1b2c3d4e5f6071\n", Fin(MSG_ID), SUBSCRIBED),
+    "REQ": (b"REQ 0a1b2c3d4e5f6071 5000\n", Req(MSG_ID, 5000), SUBSCRIBED),
+    "TOUCH": (b"TOUCH 0a1b2c3d4e5f6071\n", Touch(MSG_ID), SUBSCRIBED),
+    "CLS": (b"CLS\n", Cls(), SUBSCRIBED),
+    "NOP": (b"NOP\n", Nop(), INIT),
+}
+
+# NSQ's state table: where each command may be sent.
+ALLOWED_STATES = {
+    "IDENTIFY": {INIT}, "AUTH": {INIT}, "SUB": {INIT},
+    "RDY": {SUBSCRIBED},
+    "FIN": {SUBSCRIBED, CLOSING}, "REQ": {SUBSCRIBED, CLOSING}, "TOUCH": {SUBSCRIBED, CLOSING},
+    "CLS": {SUBSCRIBED},
+    "NOP": {INIT, SUBSCRIBED, CLOSING}, "PUB": {INIT, SUBSCRIBED, CLOSING},
+    "MPUB": {INIT, SUBSCRIBED, CLOSING}, "DPUB": {INIT, SUBSCRIBED, CLOSING},
+}
+
+
+def new_parser(state: State = INIT, limits: Limits = Limits(), magic: bool = True) -> CommandParser:
+    parser = CommandParser(limits)
+    parser.state = state
+    if magic:
+        parser.receive_data(MAGIC_V2)
+    return parser
+
+
+def drain(parser: CommandParser) -> list:
+    events = []
+    while (event := parser.next_event()) is not NEED_DATA:
+        events.append(event)
+    return events
+
+
+def parse(data: bytes, state: State = INIT, limits: Limits = Limits()) -> list:
+    parser = new_parser(state, limits)
+    parser.receive_data(data)
+    events = drain(parser)
+    assert parser.buffered == 0
+    return events
+
+
+def parse_error(data: bytes, state: State = INIT, limits: Limits = Limits()) -> ClientError:
+    parser = new_parser(state, limits)
+    parser.receive_data(data)
+    with pytest.raises(ClientError) as info:
+        drain(parser)
+    assert info.value.fatal
+    return info.value
+
+
+def feed_in_pieces(parser: CommandParser, data: bytes, cuts: list[int]) -> list:
+    """Feed ``data`` cut at ``cuts``; events must only appear once their last byte is in."""
+    events = []
+    bounds = [0, *cuts, len(data)]
+    for start, end in zip(bounds, bounds[1:]):
+        parser.receive_data(data[start:end])
+        events += drain(parser)
+    return events
+
+
+# -- every command from exact bytes ------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", VECTORS)
+def test_command_from_exact_bytes(name):
+    wire, event, state = VECTORS[name]
+    assert parse(wire, state) == [event]
+
+
+@pytest.mark.parametrize("name", VECTORS)
+def test_command_fed_one_byte_at_a_time(name):
+    wire, event, state = VECTORS[name]
+    parser = new_parser(state)
+    for index in range(len(wire)):
+        parser.receive_data(wire[index:index + 1])
+        got = drain(parser)
+        assert got == ([event] if index == len(wire) - 1 else [])
+        assert parser.buffered == (0 if got else index + 1)
+
+
+@pytest.mark.parametrize("name", VECTORS)
+def test_command_with_crlf_line_ending(name):
+    wire, event, state = VECTORS[name]
+    line_end = wire.index(b"\n")
+    assert parse(wire[:line_end] + b"\r" + wire[line_end:], state) == [event]
+
+
+def test_magic_fed_byte_by_byte_then_command():
+    parser = CommandParser()
+    for byte in b"  V2":
+        assert parser.next_event() is NEED_DATA
+        parser.receive_data(bytes([byte]))
+    assert parser.buffered == 4
+    assert parser.next_event() is NEED_DATA
+    assert parser.buffered == 0
+    parser.receive_data(b"NOP\n")
+    assert drain(parser) == [Nop()]
+
+
+def test_parser_without_magic_reads_commands_at_once():
+    parser = CommandParser(expect_magic=False)
+    parser.receive_data(b"NOP\n")
+    assert drain(parser) == [Nop()]
+
+
+@pytest.mark.parametrize("magic", [b"  V1", b"GET ", b"V2  ", b"\x00\x00\x00\x00"])
+def test_wrong_magic_is_e_bad_protocol(magic):
+    parser = CommandParser()
+    parser.receive_data(magic + b"NOP\n")
+    with pytest.raises(ClientError) as info:
+        parser.next_event()
+    assert info.value.to_bytes() == b"E_BAD_PROTOCOL"
+    assert info.value.fatal
+
+
+def test_wrong_magic_is_only_judged_on_four_bytes():
+    parser = CommandParser()
+    parser.receive_data(b"  V")
+    assert parser.next_event() is NEED_DATA
+    parser.receive_data(b"1")
+    with pytest.raises(ClientError, match="E_BAD_PROTOCOL"):
+        parser.next_event()
+
+
+def test_worked_client_bytes_from_the_reference():
+    wire = (b"  V2" + b"PUB test\n" + bytes.fromhex("00000005") + b"hello")
+    parser = CommandParser()
+    parser.receive_data(wire)
+    assert drain(parser) == [Pub("test", b"hello")]
+    parser.state = SUBSCRIBED
+    parser.receive_data(b"FIN 0a1b2c3d4e5f6071\nRDY 100\nREQ 0a1b2c3d4e5f6071 5000\nNOP\n")
+    assert drain(parser) == [Fin(MSG_ID), Rdy(100), Req(MSG_ID, 5000), Nop()]
+
+
+# -- incremental parsing -----------------------------------------------------------------
+
+SUBSCRIBED_STREAM = [VECTORS[name] for name in
+                     ("NOP", "PUB", "RDY", "MPUB", "FIN", "DPUB", "REQ", "TOUCH", "NOP", "CLS")]
+
+
+def test_several_commands_in_one_buffer():
+    wire = b"".join(vector[0] for vector in SUBSCRIBED_STREAM)
+    assert parse(wire, SUBSCRIBED) == [vector[1] for vector in SUBSCRIBED_STREAM]
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_several_commands_in_random_splits(seed):
+    rng = random.Random(seed)
+    wire = b"".join(vector[0] for vector in SUBSCRIBED_STREAM)
+    cuts = sorted(rng.sample(range(1, len(wire)), rng.randint(1, 30)))
+    events = feed_in_pieces(new_parser(SUBSCRIBED), wire, cuts)
+    assert events == [vector[1] for vector in SUBSCRIBED_STREAM]
+
+
+def test_several_commands_one_byte_at_a_time():
+    wire = b"".join(vector[0] for vector in SUBSCRIBED_STREAM)
+    parser = new_parser(SUBSCRIBED)
+    events = feed_in_pieces(parser, wire, list(range(1, len(wire))))
+    assert events == [vector[1] for vector in SUBSCRIBED_STREAM]
+    assert parser.buffered == 0
+
+
+def test_a_whole_session_as_the_server_moves_the_state():
+    wire = (MAGIC_V2 + VECTORS["IDENTIFY"][0] + b"SUB t c\nRDY 2\nFIN 0a1b2c3d4e5f6071\n"
+            b"CLS\nRDY 5\nFIN 0a1b2c3d4e5f6071\n")
+    parser = CommandParser()
+    parser.receive_data(wire)
+    events = []
+    while (event := parser.next_event()) is not NEED_DATA:
+        events.append(event)
+        if isinstance(event, Sub):
+            parser.state = SUBSCRIBED
+        elif isinstance(event, Cls):
+            parser.state = CLOSING
+    assert events == [VECTORS["IDENTIFY"][1], Sub("t", "c"), Rdy(2), Fin(MSG_ID), Cls(), Fin(MSG_ID)]
+
+
+def test_body_in_many_chunks_is_assembled_and_buffered_is_counted():
+    body = bytes(range(256)) * 400  # 102400 bytes, every byte value, newlines included
+    head = b"PUB big\n" + size(len(body))
+    parser = new_parser()
+    parser.receive_data(head)
+    assert parser.next_event() is NEED_DATA
+    assert parser.buffered == len(head)
+    fed = len(head)
+    for start in range(0, len(body) - 1000, 1000):
+        parser.receive_data(body[start:start + 1000])
+        fed += 1000
+        assert parser.next_event() is NEED_DATA
+        assert parser.buffered == fed
+    parser.receive_data(body[start + 1000:] + b"NOP\nPU")
+    assert parser.next_event() == Pub("big", body)
+    assert parser.buffered == len(b"NOP\nPU")
+    assert parser.next_event() == Nop()
+    assert parser.next_event() is NEED_DATA
+    assert parser.buffered == 2
+
+
+def test_buffered_counts_a_partial_line_and_a_partial_size():
+    parser = new_parser()
+    parser.receive_data(b"PUB t")
+    assert parser.next_event() is NEED_DATA
+    assert parser.buffered == 5
+    parser.receive_data(b"\n\x00\x00")
+    assert parser.next_event() is NEED_DATA
+    assert parser.buffered == 8
+    parser.receive_data(b"\x00\x01x")
+    assert parser.next_event() == Pub("t", b"x")
+    assert parser.buffered == 0
+
+
+def test_mpub_body_fed_in_chunks():
+    bodies = [bytes([n]) * (n * 37 + 1) for n in range(50)]
+    wire = Mpub("t", bodies).to_bytes()
+    parser = new_parser()
+    events = feed_in_pieces(parser, wire, list(range(7, len(wire), 101)))
+    assert events == [Mpub("t", bodies)]
+
+
+def test_body_may_hold_newlines_spaces_and_crlf():
+    body = b"a\nb c\r\n\n"
+    assert parse(b"PUB t\n" + size(len(body)) + body) == [Pub("t", body)]
+
+
+# -- line syntax --------------------------------------------------------------------------
+
+
+def test_only_one_carriage_return_is_stripped():
+    assert str(parse_error(b"NOP\r\r\n")) == "E_INVALID invalid command NOP\r"
+
+
+def test_params_split_on_single_spaces():
+    assert parse(b"NOP extra params\n") == [Nop()]
+    assert parse(b"RDY 5 \n", SUBSCRIBED) == [Rdy(5)]
+    assert parse(b"RDY  5\n", SUBSCRIBED) == [Rdy(0)]  # params are RDY, "", 5: NSQ reads "" as 0
+    assert str(parse_error(b"SUB  t c\n")) == 'E_BAD_TOPIC SUB topic name "" is not valid'
+
+
+def test_line_of_16_kib_with_its_newline_is_accepted():
+    line = b"NOP " + b"a" * (MAX_LINE_LENGTH - 5) + b"\n"
+    assert len(line) == MAX_LINE_LENGTH
+    assert parse(line) == [Nop()]
+
+
+def test_line_one_byte_longer_than_16_kib_is_refused():
+    line = b"NOP " + b"a" * (MAX_LINE_LENGTH - 4) + b"\n"
+    error = parse_error(line)
+    assert str(error) == f"E_INVALID command line longer than {MAX_LINE_LENGTH} bytes"
+
+
+def test_long_line_is_refused_before_its_newline_arrives():
+    parser = new_parser()
+    parser.receive_data(b"a" * (MAX_LINE_LENGTH - 1))
+    assert parser.next_event() is NEED_DATA
+    parser.receive_data(b"a")
+    with pytest.raises(ClientError, match="command line longer than"):
+        parser.next_event()
+
+
+# -- errors, with NSQ's codes and texts ---------------------------------------------------
+
+
+@pytest.mark.parametrize("line, text", [
+    (b"FOO\n", "E_INVALID invalid command FOO"),
+    (b"nop\n", "E_INVALID invalid command nop"),
+    (b"\n", "E_INVALID invalid command "),
+    (b" NOP\n", "E_INVALID invalid command "),
+    (b"PUBLISH t\n", "E_INVALID invalid command PUBLISH"),
+])
+def test_unknown_command(line, text):
+    assert str(parse_error(line)) == text
+
+
+def test_unknown_command_error_frame_matches_the_reference_bytes():
+    frame = encode_error(parse_error(b"FOO\n").to_bytes())
+    assert frame == bytes.fromhex("00000021 00000001") + b"E_INVALID invalid command FOO"
+
+
+def test_unknown_command_with_invalid_utf8_is_echoed_raw():
+    assert parse_error(b"F\xffO\n").to_bytes() == b"E_INVALID invalid command F\xffO"
+
+
+def test_errors_come_after_the_good_commands_before_them():
+    parser = new_parser()
+    parser.receive_data(b"NOP\nNOP\nBAD\nNOP\n")
+    assert parser.next_event() == Nop()
+    assert parser.next_event() == Nop()
+    with pytest.raises(ClientError, match="invalid command BAD"):
+        parser.next_event()
+
+
+STATE_CASES = [(name, state) for name in VECTORS for state in (INIT, SUBSCRIBED, CLOSING)]
+
+
+@pytest.mark.parametrize("name, state", STATE_CASES)
+def test_state_table(name, state):
+    wire, event, _ = VECTORS[name]
+    if state in ALLOWED_STATES[name]:
+        assert parse(wire, state) == [event]
+    elif name == "RDY" and state == CLOSING:
+        assert parse(wire + b"NOP\n", state) == [Nop()]  # RDY after CLS is silently ignored
+    else:
+        assert str(parse_error(wire, state)) == f"E_INVALID cannot {name} in current state"
+
+
+@pytest.mark.parametrize("line", [b"RDY abc\n", b"RDY 99999\n", b"RDY\n"])
+def test_rdy_in_closing_is_ignored_whatever_its_params(line):
+    assert parse(line + b"NOP\n", CLOSING) == [Nop()]
+
+
+@pytest.mark.parametrize("line, state", [
+    (b"FIN\n", INIT), (b"REQ\n", INIT), (b"TOUCH\n", INIT), (b"RDY abc\n", INIT),
+    (b"AUTH extra\n", SUBSCRIBED), (b"SUB\n", SUBSCRIBED), (b"CLS\n", INIT),
+])
+def test_state_is_checked_before_params(line, state):
+    name = line.split()[0].decode()
+    assert str(parse_error(line, state)) == f"E_INVALID cannot {name} in current state"
+
+
+@pytest.mark.parametrize("line, state, text", [
+    (b"AUTH x\n", INIT, "E_INVALID AUTH invalid number of parameters"),
+    (b"SUB\n", INIT, "E_INVALID SUB insufficient number of parameters"),
+    (b"SUB t\n", INIT, "E_INVALID SUB insufficient number of parameters"),
+    (b"RDY abc\n", SUBSCRIBED, "E_INVALID RDY could not parse count abc"),
+    (b"RDY -1\n", SUBSCRIBED, "E_INVALID RDY could not parse count -1"),
+    (b"RDY +5\n", SUBSCRIBED, "E_INVALID RDY could not parse count +5"),
+    (b"RDY 2501\n", SUBSCRIBED, "E_INVALID RDY count 2501 out of range 0-2500"),
+    (b"FIN\n", SUBSCRIBED, "E_INVALID FIN insufficient number of params"),
+    (b"FIN 0a1b2c3d4e5f607\n", SUBSCRIBED, "E_INVALID invalid message ID"),
+    (b"FIN 0a1b2c3d4e5f60712\n", CLOSING, "E_INVALID invalid message ID"),
+    (b"TOUCH\n", SUBSCRIBED, "E_INVALID TOUCH insufficient number of params"),
+    (b"TOUCH abc\n", CLOSING, "E_INVALID invalid message ID"),
+    (b"REQ\n", SUBSCRIBED, "E_INVALID REQ insufficient number of params"),
+    (b"REQ 0a1b2c3d4e5f6071\n", SUBSCRIBED, "E_INVALID REQ insufficient number of params"),
+    (b"REQ abc 10\n", SUBSCRIBED, "E_INVALID invalid message ID"),
+    (b"REQ 0a1b2c3d4e5f6071 x\n", SUBSCRIBED, "E_INVALID REQ could not parse timeout x"),
+    (b"REQ 0a1b2c3d4e5f6071 -5\n", CLOSING, "E_INVALID REQ could not parse timeout -5"),
+    (b"PUB\n", INIT, "E_INVALID PUB insufficient number of parameters"),
+    (b"MPUB\n", INIT, "E_INVALID MPUB insufficient number of parameters"),
+    (b"DPUB t\n", INIT, "E_INVALID DPUB insufficient number of parameters"),
+    (b"DPUB t x\n", INIT, "E_INVALID DPUB could not parse timeout x"),
+    (b"DPUB t -1\n", INIT, "E_INVALID DPUB could not parse timeout -1"),
+    (b"DPUB t 3600001\n", INIT, "E_INVALID DPUB timeout 3600001 out of range 0-3600000"),
+])
+def test_bad_params(line, state, text):
+    assert str(parse_error(line, state)) == text
+
+
+def test_rdy_bounds():
+    assert parse(b"RDY\n", SUBSCRIBED) == [Rdy(1)]
+    assert parse(b"RDY 0\n", SUBSCRIBED) == [Rdy(0)]
+    assert parse(b"RDY 2500\n", SUBSCRIBED) == [Rdy(2500)]
+    limits = Limits(max_rdy_count=10)
+    assert parse(b"RDY 10\n", SUBSCRIBED, limits) == [Rdy(10)]
+    assert str(parse_error(b"RDY 11\n", SUBSCRIBED, limits)) == "E_INVALID RDY count 11 out of range 0-10"
+
+
+def test_req_timeout_is_clamped_not_refused():
+    assert parse(b"REQ 0a1b2c3d4e5f6071 0\n", SUBSCRIBED) == [Req(MSG_ID, 0)]
+    assert parse(b"REQ 0a1b2c3d4e5f6071 99999999\n", SUBSCRIBED) == [Req(MSG_ID, 3_600_000)]
+    assert parse(b"REQ 0a1b2c3d4e5f6071 7\n", CLOSING, Limits(max_req_timeout_ms=5)) == [Req(MSG_ID, 5)]
+
+
+def test_message_ids_are_any_16_bytes():
+    assert parse(b"FIN ZZZZZZZZZZZZZZZZ\n", SUBSCRIBED) == [Fin(b"Z" * 16)]
+
+
+def test_dpub_timeout_bounds():
+    assert parse(b"DPUB t 0\n\x00\x00\x00\x01x") == [Dpub("t", 0, b"x")]
+    assert parse(b"DPUB t 3600000\n\x00\x00\x00\x01x") == [Dpub("t", 3_600_000, b"x")]
+
+
+@pytest.mark.parametrize("line, text", [
+    (b"SUB bad!topic ch\n", 'E_BAD_TOPIC SUB topic name "bad!topic" is not valid'),
+    (b"SUB " + b"t" * 65 + b" ch\n", 'E_BAD_TOPIC SUB topic name "' + "t" * 65 + '" is not valid'),
+    (b'SUB t"x ch\n', 'E_BAD_TOPIC SUB topic name "t\\"x" is not valid'),
+    (b"SUB t\t ch\n", 'E_BAD_TOPIC SUB topic name "t\\t" is not valid'),
+    (b"SUB t ch!\n", 'E_BAD_CHANNEL SUB channel name "ch!" is not valid'),
+    (b"SUB t \n", 'E_BAD_CHANNEL SUB channel name "" is not valid'),
+    (b"SUB t c#ephemeralx\n", 'E_BAD_CHANNEL SUB channel name "c#ephemeralx" is not valid'),
+    (b"PUB bad*topic\n", 'E_BAD_TOPIC PUB topic name "bad*topic" is not valid'),
+    (b"PUB \n", 'E_BAD_TOPIC PUB topic name "" is not valid'),
+    (b"DPUB b@d 10\n", 'E_BAD_TOPIC DPUB topic name "b@d" is not valid'),
+    (b"MPUB x!\n", 'E_BAD_TOPIC E_BAD_TOPIC MPUB topic name "x!" is not valid'),
+])
+def test_bad_names_before_any_body(line, text):
+    assert str(parse_error(line)) == text
+
+
+def test_bad_topic_with_invalid_utf8_is_quoted_like_go():
+    error = parse_error(b"SUB t\xff\xe2\x82 ch\n")
+    assert error.to_bytes() == b'E_BAD_TOPIC SUB topic name "t\\xff\\xe2\\x82" is not valid'
+
+
+def test_topic_and_channel_at_the_length_limit():
+    topic, channel = "t" * 64, "c" * 54 + "#ephemeral"
+    assert parse(f"SUB {topic} {channel}\n".encode()) == [Sub(topic, channel)]
+
+
+@pytest.mark.parametrize("head, size_value, text", [
+    (b"PUB t\n", 0, "E_BAD_MESSAGE PUB invalid message body size 0"),
+    (b"PUB t\n", -1, "E_BAD_MESSAGE PUB invalid message body size -1"),
+    (b"PUB t\n", 1048577, "E_BAD_MESSAGE PUB message too big 1048577 > 1048576"),
+    (b"PUB t\n", 0x7FFFFFFF, "E_BAD_MESSAGE PUB message too big 2147483647 > 1048576"),
+    (b"DPUB t 5\n", 0, "E_BAD_MESSAGE DPUB invalid message body size 0"),
+    (b"DPUB t 5\n", -2, "E_BAD_MESSAGE DPUB invalid message body size -2"),
+    (b"DPUB t 5\n", 1048577, "E_BAD_MESSAGE DPUB message too big 1048577 > 1048576"),
+    (b"IDENTIFY\n", 0, "E_BAD_BODY IDENTIFY invalid body size 0"),
+    (b"IDENTIFY\n", -1, "E_BAD_BODY IDENTIFY invalid body size -1"),
+    (b"IDENTIFY\n", 5242881, "E_BAD_BODY IDENTIFY body too big 5242881 > 5242880"),
+    (b"AUTH\n", 0, "E_BAD_BODY AUTH invalid body size 0"),
+    (b"AUTH\n", -3, "E_BAD_BODY AUTH invalid body size -3"),
+    (b"AUTH\n", 5242881, "E_BAD_BODY AUTH body too big 5242881 > 5242880"),
+    (b"MPUB t\n", 0, "E_BAD_BODY MPUB invalid body size 0"),
+    (b"MPUB t\n", -1, "E_BAD_BODY MPUB invalid body size -1"),
+    (b"MPUB t\n", 5242881, "E_BAD_BODY MPUB body too big 5242881 > 5242880"),
+])
+def test_bad_size_prefix_is_refused_before_the_body_arrives(head, size_value, text):
+    """Only the 4-byte size is fed: no body byte is waited for."""
+    assert str(parse_error(head + size(size_value))) == text
+
+
+def test_size_limits_follow_the_configured_limits():
+    limits = Limits(max_body_size=100, max_msg_size=10)
+    assert parse(b"PUB t\n" + size(10) + b"x" * 10, limits=limits) == [Pub("t", b"x" * 10)]
+    assert str(parse_error(b"PUB t\n" + size(11), limits=limits)) == "E_BAD_MESSAGE PUB message too big 11 > 10"
+    assert str(parse_error(b"AUTH\n" + size(101), limits=limits)) == "E_BAD_BODY AUTH body too big 101 > 100"
+    assert parse(b"AUTH\n" + size(100) + b"s" * 100, limits=limits) == [Auth(b"s" * 100)]
+
+
+def test_identify_with_bad_json_body():
+    error = parse_error(b"IDENTIFY\n" + size(5) + b"{nope")
+    assert str(error) == "E_BAD_BODY IDENTIFY failed to decode JSON body"
+
+
+def mpub_wire(body: bytes, topic: bytes = b"t") -> bytes:
+    return b"MPUB " + topic + b"\n" + size(len(body)) + body
+
+
+@pytest.mark.parametrize("body, text", [
+    (b"\x00\x00", "E_BAD_BODY MPUB failed to read message count"),
+    (size(0), "E_BAD_BODY MPUB invalid message count 0"),
+    (size(-1), "E_BAD_BODY MPUB invalid message count -1"),
+    (size(1048576), "E_BAD_BODY MPUB invalid message count 1048576"),
+    (size(2) + size(1) + b"a" + b"\x00", "E_BAD_MESSAGE MPUB failed to read message(1) body size"),
+    (size(2) + size(1) + b"a" + size(0), "E_BAD_MESSAGE MPUB invalid message(1) body size 0"),
+    (size(1) + size(-7), "E_BAD_MESSAGE MPUB invalid message(0) body size -7"),
+    (size(1) + size(1048577), "E_BAD_MESSAGE MPUB message too big 1048577 > 1048576"),
+    (size(1) + size(5) + b"abc", "E_BAD_MESSAGE MPUB failed to read message body"),
+    (size(2) + size(1) + b"a" + size(1) + b"b" + b"xx",
+     "E_BAD_BODY MPUB body size 16 does not match its 2 messages (14 bytes)"),
+])
+def test_mpub_body_errors(body, text):
+    assert str(parse_error(mpub_wire(body))) == text
+
+
+def test_mpub_message_count_limit_is_max_body_size_minus_4_over_5():
+    limits = Limits(max_body_size=104)  # (104 - 4) // 5 == 20 one-byte messages fill it exactly
+    twenty = size(20) + (size(1) + b"m") * 20
+    assert parse(mpub_wire(twenty), limits=limits) == [Mpub("t", [b"m"] * 20)]
+    assert str(parse_error(mpub_wire(size(21)), limits=limits)) == "E_BAD_BODY MPUB invalid message count 21"
+
+
+def test_mpub_messages_checked_against_max_msg_size():
+    limits = Limits(max_msg_size=3)
+    assert parse(mpub_wire(size(1) + size(3) + b"abc"), limits=limits) == [Mpub("t", [b"abc"])]
+    error = parse_error(mpub_wire(size(1) + size(4) + b"abcd"), limits=limits)
+    assert str(error) == "E_BAD_MESSAGE MPUB message too big 4 > 3"
+
+
+# -- commands to bytes and back -----------------------------------------------------------
+
+ROUND_TRIPS = [
+    (Identify({name: zero for name, (_, zero) in FIELDS.items()} | {"client_id": "x", "snappy": True,
+                                                                     "sample_rate": 42}), INIT),
+    (Auth(b"s3cr3t \n bytes"), INIT),
+    (Sub("topic.a-b_c", "ch#ephemeral"), INIT),
+    (Rdy(2500), SUBSCRIBED),
+    (Fin(MSG_ID), SUBSCRIBED),
+    (Req(MSG_ID, 3_600_000), CLOSING),
+    (Touch(MSG_ID), CLOSING),
+    (Cls(), SUBSCRIBED),
+    (Nop(), CLOSING),
+    (Pub("t", b"\x00\n\r\xff"), SUBSCRIBED),
+    (Mpub("t", [b"a", b"bb\n", bytes(300)]), INIT),
+    (Dpub("t", 0, b"later"), INIT),
+]
+
+
+@pytest.mark.parametrize("event, state", ROUND_TRIPS, ids=lambda value: type(value).__name__)
+def test_round_trip(event, state):
+    assert parse(event.to_bytes(), state) == [event]
+
+
+@pytest.mark.parametrize("event, wire", [
+    (Pub("test", b"hello"), b"PUB test\n\x00\x00\x00\x05hello"),
+    (Fin(MSG_ID), b"FIN 0a1b2c3d4e5f6071\n"),
+    (Rdy(100), b"RDY 100\n"),
+    (Req(MSG_ID, 5000), b"REQ 0a1b2c3d4e5f6071 5000\n"),
+    (Touch(MSG_ID), b"TOUCH 0a1b2c3d4e5f6071\n"),
+    (Nop(), b"NOP\n"),
+    (Cls(), b"CLS\n"),
+    (Sub("t", "c"), b"SUB t c\n"),
+    (Auth(b"pw"), b"AUTH\n\x00\x00\x00\x02pw"),
+    (Dpub("t", 250, b"x"), b"DPUB t 250\n\x00\x00\x00\x01x"),
+    (Mpub("t", [b"one", b"two"]), b"MPUB t\n\x00\x00\x00\x12" + MPUB_BODY),
+])
+def test_to_bytes_exact(event, wire):
+    assert event.to_bytes() == wire
+
+
+def test_identify_to_bytes_is_a_sized_json_body():
+    wire = Identify({"client_id": "é", "heartbeat_interval": -1}).to_bytes()
+    assert wire.startswith(b"IDENTIFY\n")
+    (length,) = struct.unpack(">i", wire[9:13])
+    assert length == len(wire) - 13
+    assert json.loads(wire[13:]) == {"client_id": "é", "heartbeat_interval": -1}
+
+
+def test_magic_constant():
+    assert MAGIC_V2 == bytes.fromhex("20205632")
