@@ -77,6 +77,14 @@ class Client:
             if not 1000 <= heartbeat <= opts.max_heartbeat_interval * 1000:
                 raise _bad_identify(f"heartbeat interval ({heartbeat}) is invalid")
             self.heartbeat_interval = heartbeat / 1000
+        # the timeout first: an unbuffered client (size -1) then gets timeout 0 whatever it asked
+        timeout = data["output_buffer_timeout"]
+        if timeout == -1:
+            self.output_buffer_timeout = 0.0
+        elif timeout != 0:
+            if not opts.min_output_buffer_timeout * 1000 <= timeout <= opts.max_output_buffer_timeout * 1000:
+                raise _bad_identify(f"output buffer timeout ({timeout}) is invalid")
+            self.output_buffer_timeout = timeout / 1000
         size = data["output_buffer_size"]
         if size == -1:
             self.output_buffer_size = 1
@@ -85,13 +93,6 @@ class Client:
             if not 64 <= size <= opts.max_output_buffer_size:
                 raise _bad_identify(f"output buffer size ({size}) is invalid")
             self.output_buffer_size = size
-        timeout = data["output_buffer_timeout"]
-        if timeout == -1:
-            self.output_buffer_timeout = 0.0
-        elif timeout != 0:
-            if not opts.min_output_buffer_timeout * 1000 <= timeout <= opts.max_output_buffer_timeout * 1000:
-                raise _bad_identify(f"output buffer timeout ({timeout}) is invalid")
-            self.output_buffer_timeout = timeout / 1000
         sample_rate = data["sample_rate"]
         if not 0 <= sample_rate <= 99:
             raise _bad_identify(f"sample rate ({sample_rate}) is invalid")
@@ -156,6 +157,10 @@ class Client:
 
     def set_ready_count(self, count: int) -> None:
         self.ready_count = count
+        if self.out and len(self.in_flight) >= count:
+            # no longer ready: buffered messages go out now, as nsqd's messagePump flushes
+            self.flush_now = True
+            self.output_changed.set()
         if self.channel is not None:
             self.channel.client_ready(self)
 

@@ -48,8 +48,6 @@ class ProtocolV2:
         if not command.data["feature_negotiation"]:
             client.send_response(OK)
             return
-        requested_level = command.data["deflate_level"]
-        deflate_level = min(requested_level if requested_level > 0 else DEFAULT_DEFLATE_LEVEL, MAX_DEFLATE_LEVEL)
         opts = self.nsqd.opts
         answer = {
             "max_rdy_count": opts.max_rdy_count,
@@ -58,7 +56,7 @@ class ProtocolV2:
             "msg_timeout": round(client.msg_timeout * 1000),
             "tls_v1": False,
             "deflate": False,
-            "deflate_level": deflate_level,
+            "deflate_level": DEFAULT_DEFLATE_LEVEL,  # nsqd honours the requested level only with deflate on
             "max_deflate_level": MAX_DEFLATE_LEVEL,
             "snappy": False,
             "sample_rate": client.sample_rate,
@@ -80,8 +78,7 @@ class ProtocolV2:
         limit = self.nsqd.opts.max_channel_consumers
         if limit and len(channel.clients) >= limit:
             raise ClientError(
-                "E_TOO_MANY_CHANNEL_CONSUMERS",
-                f"channel consumers for {command.topic}:{command.channel} exceeds limit of {limit}")
+                "E_SUB_FAILED", f"SUB failed consumers for {command.topic}:{command.channel} exceeds limit of {limit}")
         channel.add_client(client)
         client.channel = channel
         self._set_state(State.SUBSCRIBED)

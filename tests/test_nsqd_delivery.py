@@ -1,0 +1,436 @@
+"""nsqd over real sockets: RDY flow control, FIN/REQ/TOUCH, timeouts, CLS and fan-out (NSQ v1.3 §1.2, §1.16)."""
+
+import struct
+
+import trio
+
+from common.message import Message
+
+from .helpers import RawClient
+
+
+def pub(topic: str, body: bytes) -> bytes:
+    return f"PUB {topic}\n".encode() + struct.pack(">i", len(body)) + body
+
+
+async def publish(port: int, topic: str, *bodies: bytes) -> None:
+    """PUB each body from a connection of its own."""
+    client = await RawClient.connect(port)
+    await client.send(b"".join(pub(topic, body) for body in bodies))
+    for _ in bodies:
+        assert await client.read_response() == b"OK"
+    await client.close()
+
+
+async def consumer(port: int, topic: str = "t", channel: str = "c", rdy: int | None = None,
+                   **identify) -> RawClient:
+    client = await RawClient.connect(port)
+    if identify:
+        assert await client.identify(**identify) == b"OK"
+    await client.sub(topic, channel, rdy=rdy)
+    return client
+
+
+async def read_messages(client: RawClient, count: int, timeout: float = 5.0) -> list[Message]:
+    return [await client.read_message(timeout) for _ in range(count)]
+
+
+async def fin(client: RawClient, msg: Message) -> None:
+    await client.send(b"FIN " + msg.id + b"\n")
+
+
+# -- RDY -------------------------------------------------------------------------
+
+
+async def test_rdy_caps_messages_in_flight(nsqd):
+    await publish(nsqd.tcp_port, "t", *[b"%d" % i for i in range(10)])
+    client = await consumer(nsqd.tcp_port, rdy=3)
+    held = await read_messages(client, 3)
+    await client.assert_no_frame(0.3)
+    received = list(held)
+    while held:
+        await fin(client, held.pop(0))
+        if len(received) < 10:
+            msg = await client.read_message()
+            received.append(msg)
+            held.append(msg)
+        await client.assert_no_frame(0.05)
+    assert sorted(msg.body for msg in received) == sorted(b"%d" % i for i in range(10))
+
+
+async def test_rdy_without_count_means_one(nsqd):
+    await publish(nsqd.tcp_port, "t", b"a", b"b")
+    client = await consumer(nsqd.tcp_port)
+    await client.send(b"RDY\n")
+    await client.read_message()
+    await client.assert_no_frame(0.3)
+
+
+async def test_no_delivery_before_rdy(nsqd):
+    await publish(nsqd.tcp_port, "t", b"a")
+    client = await consumer(nsqd.tcp_port)
+    await client.assert_no_frame(0.3)
+    await client.send(b"RDY 1\n")
+    assert (await client.read_message()).body == b"a"
+
+
+async def test_rdy_zero_stops_delivery(nsqd):
+    await publish(nsqd.tcp_port, "t", *[b"%d" % i for i in range(5)])
+    client = await consumer(nsqd.tcp_port, rdy=2)
+    held = await read_messages(client, 2)
+    await client.send(b"RDY 0\n")
+    for msg in held:
+        await fin(client, msg)
+    await client.assert_no_frame(0.4)
+    await client.send(b"RDY 1\n")
+    await client.read_message()
+    await client.assert_no_frame(0.2)
+
+
+async def test_raising_rdy_delivers_more_at_once(nsqd):
+    await publish(nsqd.tcp_port, "t", *[b"%d" % i for i in range(5)])
+    client = await consumer(nsqd.tcp_port, rdy=1)
+    await client.read_message()
+    await client.assert_no_frame(0.2)
+    await client.send(b"RDY 5\n")
+    await read_messages(client, 4, timeout=1.0)
+
+
+async def test_rdy_up_to_max_rdy_count_is_accepted(start_nsqd):
+    nsqd = await start_nsqd(max_rdy_count=5)
+    await publish(nsqd.tcp_port, "t", *[b"%d" % i for i in range(6)])
+    client = await consumer(nsqd.tcp_port, rdy=5)
+    await read_messages(client, 5)
+    await client.assert_no_frame(0.3)
+
+
+async def test_rdy_above_max_rdy_count_is_fatal(start_nsqd):
+    nsqd = await start_nsqd(max_rdy_count=5)
+    client = await consumer(nsqd.tcp_port)
+    await client.send(b"RDY 6\n")
+    assert await client.read_error() == b"E_INVALID RDY count 6 out of range 0-5"
+    await client.assert_closed()
+
+
+async def test_identify_sub_and_rdy_pipelined_in_one_write(nsqd):
+    await publish(nsqd.tcp_port, "t", b"a", b"b")
+    client = await RawClient.connect(nsqd.tcp_port)
+    body = b'{"msg_timeout": 1000}'
+    await client.send(b"IDENTIFY\n" + struct.pack(">i", len(body)) + body + b"SUB t c\nRDY 2\n")
+    assert await client.read_response() == b"OK"
+    assert await client.read_response() == b"OK"
+    assert sorted(m.body for m in await read_messages(client, 2)) == [b"a", b"b"]
+
+
+async def test_sample_rate_delivers_a_sample_and_drops_the_rest(nsqd):
+    # nsqd skips a message when rand(0..99) > sample_rate: about 11 % get through at 10
+    client = await consumer(nsqd.tcp_port, rdy=2500, sample_rate=10)
+    await publish(nsqd.tcp_port, "t", *[b"%d" % i for i in range(1000)])
+    delivered = 0
+    with trio.move_on_after(0.6):
+        while True:
+            await client.read_message()
+            delivered += 1
+    assert 40 <= delivered <= 220, delivered
+    other = await consumer(nsqd.tcp_port, rdy=10)
+    await other.assert_no_frame(0.3)  # the skipped ones are gone from the channel
+
+
+# -- FIN / REQ / TOUCH -----------------------------------------------------------
+
+
+async def test_fin_removes_the_message_for_good(start_nsqd):
+    nsqd = await start_nsqd(msg_timeout=1.0)
+    await publish(nsqd.tcp_port, "t", b"once")
+    client = await consumer(nsqd.tcp_port, rdy=1)
+    await fin(client, await client.read_message())
+    await client.assert_no_frame(1.3)
+
+
+async def test_req_zero_redelivers_at_once_with_attempts_plus_one(nsqd):
+    await publish(nsqd.tcp_port, "t", b"again")
+    client = await consumer(nsqd.tcp_port, rdy=1)
+    first = await client.read_message()
+    for attempts in (2, 3, 4):
+        start = trio.current_time()
+        await client.send(b"REQ " + first.id + b" 0\n")
+        msg = await client.read_message()
+        assert trio.current_time() - start <= 0.2
+        assert (msg.id, msg.body, msg.timestamp, msg.attempts) == (first.id, b"again", first.timestamp, attempts)
+
+
+async def test_req_with_delay_redelivers_after_it(nsqd):
+    await publish(nsqd.tcp_port, "t", b"later")
+    client = await consumer(nsqd.tcp_port, rdy=1)
+    first = await client.read_message()
+    start = trio.current_time()
+    await client.send(b"REQ " + first.id + b" 400\n")
+    msg = await client.read_message()
+    assert 0.4 <= trio.current_time() - start <= 0.6
+    assert (msg.id, msg.attempts) == (first.id, 2)
+
+
+async def test_deferred_message_frees_rdy_for_others(nsqd):
+    await publish(nsqd.tcp_port, "t", b"a", b"b")
+    client = await consumer(nsqd.tcp_port, rdy=1)
+    first = await client.read_message()
+    await client.send(b"REQ " + first.id + b" 500\n")
+    second = await client.read_message(timeout=0.3)
+    assert second.body != first.body
+
+
+async def test_req_delay_is_clamped_to_max_req_timeout(start_nsqd):
+    nsqd = await start_nsqd(max_req_timeout=0.3)
+    await publish(nsqd.tcp_port, "t", b"clamped")
+    client = await consumer(nsqd.tcp_port, rdy=1)
+    first = await client.read_message()
+    start = trio.current_time()
+    await client.send(b"REQ " + first.id + b" 3600000\n")
+    msg = await client.read_message()
+    assert 0.3 <= trio.current_time() - start <= 0.5
+    assert msg.attempts == 2
+
+
+async def test_msg_timeout_from_identify_redelivers(nsqd):
+    await publish(nsqd.tcp_port, "t", b"slow")
+    client = await consumer(nsqd.tcp_port, rdy=1, msg_timeout=1000)
+    first = await client.read_message()
+    start = trio.current_time()
+    msg = await client.read_message()
+    assert 1.0 <= trio.current_time() - start <= 1.2
+    assert (msg.id, msg.body, msg.attempts) == (first.id, b"slow", 2)
+
+
+async def test_msg_timeout_option_redelivers(start_nsqd):
+    nsqd = await start_nsqd(msg_timeout=1.0)
+    await publish(nsqd.tcp_port, "t", b"slow")
+    client = await consumer(nsqd.tcp_port, rdy=1)
+    first = await client.read_message()
+    start = trio.current_time()
+    msg = await client.read_message()
+    assert 1.0 <= trio.current_time() - start <= 1.2
+    assert (msg.id, msg.attempts) == (first.id, 2)
+
+
+async def test_timed_out_message_goes_to_another_consumer(start_nsqd):
+    nsqd = await start_nsqd(msg_timeout=1.0)
+    await publish(nsqd.tcp_port, "t", b"slow")
+    stuck = await consumer(nsqd.tcp_port, rdy=1)
+    first = await stuck.read_message()
+    await stuck.send(b"RDY 0\n")
+    other = await consumer(nsqd.tcp_port, rdy=1)
+    msg = await other.read_message()
+    assert (msg.id, msg.attempts) == (first.id, 2)
+    await stuck.send(b"FIN " + first.id + b"\n")
+    assert await stuck.read_error() == b"E_FIN_FAILED FIN " + first.id + b" failed client does not own message"
+
+
+async def test_touch_extends_the_deadline(nsqd):
+    await publish(nsqd.tcp_port, "t", b"touched")
+    client = await consumer(nsqd.tcp_port, rdy=1, msg_timeout=1000)
+    first = await client.read_message()
+    start = trio.current_time()
+    await trio.sleep(0.6)
+    await client.send(b"TOUCH " + first.id + b"\n")
+    await client.assert_no_frame(0.8)  # the first deadline (1.0 s) passes
+    msg = await client.read_message()
+    assert 1.6 <= trio.current_time() - start <= 1.8
+    assert (msg.id, msg.attempts) == (first.id, 2)
+
+
+async def test_touch_is_capped_by_max_msg_timeout(start_nsqd):
+    nsqd = await start_nsqd(msg_timeout=1.0, max_msg_timeout=1.4)
+    await publish(nsqd.tcp_port, "t", b"capped")
+    client = await consumer(nsqd.tcp_port, rdy=1)
+    first = await client.read_message()
+    start = trio.current_time()
+    await trio.sleep(0.7)
+    await client.send(b"TOUCH " + first.id + b"\n")
+    msg = await client.read_message()
+    assert 1.4 <= trio.current_time() - start <= 1.6
+    assert msg.id == first.id
+
+
+async def test_fin_after_redelivery_is_accepted(nsqd):
+    await publish(nsqd.tcp_port, "t", b"x")
+    client = await consumer(nsqd.tcp_port, rdy=1, msg_timeout=1000)
+    await client.read_message()
+    msg = await client.read_message()  # timed out and redelivered
+    await fin(client, msg)
+    await client.assert_no_frame(1.2)
+
+
+async def test_unknown_id_gives_non_fatal_errors(nsqd):
+    client = await consumer(nsqd.tcp_port, rdy=1)
+    unknown = b"0123456789abcdef"
+    await client.send(b"FIN " + unknown + b"\n")
+    assert await client.read_error() == b"E_FIN_FAILED FIN 0123456789abcdef failed ID not in flight"
+    await client.send(b"REQ " + unknown + b" 0\n")
+    assert await client.read_error() == b"E_REQ_FAILED REQ 0123456789abcdef failed ID not in flight"
+    await client.send(b"TOUCH " + unknown + b"\n")
+    assert await client.read_error() == b"E_TOUCH_FAILED TOUCH 0123456789abcdef failed ID not in flight"
+    await publish(nsqd.tcp_port, "t", b"still working")
+    msg = await client.read_message()
+    assert msg.body == b"still working"
+    await fin(client, msg)
+    await client.send(b"PUB u\n\x00\x00\x00\x01x")
+    assert await client.read_response() == b"OK"
+
+
+async def test_fin_twice_fails_the_second_time(nsqd):
+    await publish(nsqd.tcp_port, "t", b"x")
+    client = await consumer(nsqd.tcp_port, rdy=1)
+    msg = await client.read_message()
+    await fin(client, msg)
+    await fin(client, msg)
+    assert await client.read_error() == b"E_FIN_FAILED FIN " + msg.id + b" failed ID not in flight"
+
+
+async def test_id_owned_by_another_client(nsqd):
+    await publish(nsqd.tcp_port, "t", b"mine")
+    owner = await consumer(nsqd.tcp_port, rdy=1)
+    msg = await owner.read_message()
+    thief = await consumer(nsqd.tcp_port, rdy=1)
+    for command, code in ((b"FIN", b"E_FIN_FAILED"), (b"REQ", b"E_REQ_FAILED"), (b"TOUCH", b"E_TOUCH_FAILED")):
+        await thief.send(command + b" " + msg.id + (b" 0\n" if command == b"REQ" else b"\n"))
+        assert await thief.read_error() == code + b" " + command + b" " + msg.id + b" failed client does not own message"
+    await fin(owner, msg)
+    await owner.send(b"NOP\n")
+    await owner.assert_no_frame(0.2)
+    await thief.assert_no_frame(0.2)
+
+
+# -- CLS -------------------------------------------------------------------------
+
+
+async def test_cls_answers_close_wait_and_stops_delivery(nsqd):
+    await publish(nsqd.tcp_port, "t", b"held")
+    client = await consumer(nsqd.tcp_port, rdy=5)
+    held = await client.read_message()
+    await client.send(b"CLS\n")
+    assert await client.read_response() == b"CLOSE_WAIT"
+    await publish(nsqd.tcp_port, "t", b"after cls")
+    await client.send(b"RDY 5\n")  # ignored after CLS
+    await client.assert_no_frame(0.4)
+    await fin(client, held)
+    await client.send(b"NOP\n")
+    await client.assert_no_frame(0.2)
+    other = await consumer(nsqd.tcp_port, rdy=1)
+    assert (await other.read_message()).body == b"after cls"
+
+
+async def test_req_and_touch_allowed_after_cls(nsqd):
+    await publish(nsqd.tcp_port, "t", b"a", b"b")
+    client = await consumer(nsqd.tcp_port, rdy=2)
+    first, second = await read_messages(client, 2)
+    await client.send(b"CLS\n")
+    assert await client.read_response() == b"CLOSE_WAIT"
+    await client.send(b"TOUCH " + first.id + b"\nREQ " + first.id + b" 0\nFIN " + second.id + b"\n")
+    await client.assert_no_frame(0.3)
+    other = await consumer(nsqd.tcp_port, rdy=1)
+    msg = await other.read_message()
+    assert (msg.id, msg.attempts) == (first.id, 2)
+
+
+async def test_server_keeps_the_connection_after_cls(nsqd):
+    client = await consumer(nsqd.tcp_port, rdy=1)
+    await client.send(b"CLS\n")
+    assert await client.read_response() == b"CLOSE_WAIT"
+    await client.send(b"PUB t\n\x00\x00\x00\x01x")
+    assert await client.read_response() == b"OK"
+
+
+# -- disconnects and fan-out ------------------------------------------------------
+
+
+async def test_disconnect_with_messages_in_flight_hands_them_over_at_once(nsqd):
+    await publish(nsqd.tcp_port, "t", b"a", b"b", b"c")
+    leaving = await consumer(nsqd.tcp_port, rdy=3)
+    held = await read_messages(leaving, 3)
+    staying = await consumer(nsqd.tcp_port, rdy=3)
+    await staying.assert_no_frame(0.2)
+    start = trio.current_time()
+    await leaving.close()
+    got = await read_messages(staying, 3)
+    assert trio.current_time() - start <= 0.5  # msg_timeout is 60 s
+    assert {msg.id for msg in got} == {msg.id for msg in held}
+    assert {msg.attempts for msg in got} == {2}
+
+
+async def test_two_channels_each_get_every_message(nsqd):
+    first = await consumer(nsqd.tcp_port, "t", "a", rdy=100)
+    second = await consumer(nsqd.tcp_port, "t", "b", rdy=100)
+    bodies = [b"%d" % i for i in range(50)]
+    await publish(nsqd.tcp_port, "t", *bodies)
+    first_got = await read_messages(first, 50)
+    second_got = await read_messages(second, 50)
+    assert sorted(m.body for m in first_got) == sorted(m.body for m in second_got) == sorted(bodies)
+    assert {m.id for m in first_got} == {m.id for m in second_got}
+    await first.assert_no_frame(0.3)
+    await second.assert_no_frame(0.01)
+
+
+async def test_two_consumers_on_one_channel_split_the_messages(nsqd):
+    consumers = [await consumer(nsqd.tcp_port, rdy=10) for _ in range(2)]
+    bodies = [b"%d" % i for i in range(100)]
+    await publish(nsqd.tcp_port, "t", *bodies)
+    received: list[list[bytes]] = [[], []]
+
+    async def drain(index: int) -> None:
+        client = consumers[index]
+        with trio.move_on_after(1.0):
+            while True:
+                msg = await client.read_message(timeout=2.0)
+                received[index].append(msg.body)
+                await fin(client, msg)
+
+    async with trio.open_nursery() as nursery:
+        for index in range(2):
+            nursery.start_soon(drain, index)
+    assert sorted(received[0] + received[1]) == sorted(bodies)
+    assert received[0] and received[1]
+
+
+async def test_topic_without_channel_holds_messages(nsqd):
+    await publish(nsqd.tcp_port, "t", b"1", b"2", b"3")
+    await trio.sleep(0.2)
+    client = await consumer(nsqd.tcp_port, rdy=10)
+    got = await read_messages(client, 3)
+    assert sorted(m.body for m in got) == [b"1", b"2", b"3"]
+
+
+async def test_new_channel_gets_only_later_messages(nsqd):
+    first = await consumer(nsqd.tcp_port, "t", "a", rdy=10)
+    await publish(nsqd.tcp_port, "t", b"early")
+    assert (await first.read_message()).body == b"early"
+    second = await consumer(nsqd.tcp_port, "t", "b", rdy=10)
+    await publish(nsqd.tcp_port, "t", b"late")
+    assert (await first.read_message()).body == b"late"
+    assert (await second.read_message()).body == b"late"
+    await second.assert_no_frame(0.3)
+
+
+async def test_channel_keeps_messages_while_it_has_no_consumer(nsqd):
+    client = await consumer(nsqd.tcp_port, rdy=1)
+    await client.close()
+    await publish(nsqd.tcp_port, "t", b"kept")
+    client = await consumer(nsqd.tcp_port, rdy=1)
+    assert (await client.read_message()).body == b"kept"
+
+
+async def test_max_channel_consumers(start_nsqd):
+    nsqd = await start_nsqd(max_channel_consumers=1)
+    first = await consumer(nsqd.tcp_port)
+    refused = await RawClient.connect(nsqd.tcp_port)
+    await refused.send(b"SUB t c\n")
+    assert await refused.read_error() == b"E_SUB_FAILED SUB failed consumers for t:c exceeds limit of 1"
+    await refused.assert_closed()
+    await consumer(nsqd.tcp_port, "t", "other")  # the limit is per channel
+    await first.close()
+    with trio.fail_after(2):
+        while True:  # the first consumer's slot frees once nsqd sees it leave
+            retry = await RawClient.connect(nsqd.tcp_port)
+            await retry.send(b"SUB t c\n")
+            if await retry.read_frame() == (0, b"OK"):
+                break
+            await trio.sleep(0.05)
