@@ -299,34 +299,40 @@ class CommandParser:
         end = start + size
         if len(buf) < end:
             return self._wait(end - self._pos)
-        bodies = self._mpub_bodies(buf, start, end)
+        bodies = mpub_bodies(buf, start, end, self.limits.max_body_size, self.limits.max_msg_size)
         self._consume(end)
         return Mpub(topic, bodies)
 
-    def _mpub_bodies(self, buf: bytes, start: int, end: int) -> list[bytes]:
-        if end - start < 4:
-            raise ClientError("E_BAD_BODY", "MPUB failed to read message count")
-        count = _SIZE.unpack_from(buf, start)[0]
-        if count <= 0 or count > (self.limits.max_body_size - 4) // 5:
-            raise ClientError("E_BAD_BODY", f"MPUB invalid message count {count}")
-        max_msg_size = self.limits.max_msg_size
-        unpack = _SIZE.unpack_from
-        bodies = []
-        pos = start + 4
-        for index in range(count):
-            if end - pos < 4:
-                raise ClientError("E_BAD_MESSAGE", f"MPUB failed to read message({index}) body size")
-            size = unpack(buf, pos)[0]
-            if size <= 0:
-                raise ClientError("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {size}")
-            if size > max_msg_size:
-                raise ClientError("E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg_size}")
-            pos += 4
-            if end - pos < size:
-                raise ClientError("E_BAD_MESSAGE", "MPUB failed to read message body")
-            bodies.append(buf[pos : pos + size])
-            pos += size
-        if pos != end:
-            # nsqd would parse these leftover bytes as the next command; refuse instead.
-            raise ClientError("E_BAD_BODY", f"MPUB body size {end - start} does not match its {count} messages ({pos - start} bytes)")
-        return bodies
+
+def mpub_bodies(buf: bytes, start: int, end: int, max_body_size: int, max_msg_size: int) -> list[bytes]:
+    """The messages of an MPUB body ``buf[start:end]``: ``[int32 n]`` then n x ``[int32 size][bytes]``."""
+    if end - start < 4:
+        raise ClientError("E_BAD_BODY", "MPUB failed to read message count")
+    count = _SIZE.unpack_from(buf, start)[0]
+    if count <= 0 or count > (max_body_size - 4) // 5:
+        raise ClientError("E_BAD_BODY", f"MPUB invalid message count {count}")
+    unpack = _SIZE.unpack_from
+    bodies = []
+    pos = start + 4
+    for index in range(count):
+        if end - pos < 4:
+            raise ClientError("E_BAD_MESSAGE", f"MPUB failed to read message({index}) body size")
+        size = unpack(buf, pos)[0]
+        if size <= 0:
+            raise ClientError("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {size}")
+        if size > max_msg_size:
+            raise ClientError("E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg_size}")
+        pos += 4
+        if end - pos < size:
+            raise ClientError("E_BAD_MESSAGE", "MPUB failed to read message body")
+        bodies.append(buf[pos : pos + size])
+        pos += size
+    if pos != end:
+        # nsqd would parse these leftover bytes as the next command; refuse instead.
+        raise ClientError("E_BAD_BODY", f"MPUB body size {end - start} does not match its {count} messages ({pos - start} bytes)")
+    return bodies
+
+
+def parse_mpub_body(body: bytes, max_body_size: int, max_msg_size: int) -> list[bytes]:
+    """An MPUB body on its own (HTTP ``/mpub?binary=true``)."""
+    return mpub_bodies(body, 0, len(body), max_body_size, max_msg_size)

@@ -2,13 +2,14 @@
 
 Theory of operation:
 
-* Queued messages are (header, body) pairs in two deques; the body object is the one
-  the topic received, shared with every other channel of the topic.
+* Queued messages wait in a MessageQueue: (header, body) pairs in memory up to
+  --mem-queue-size, the rest in the channel's disk queue. The body object in memory is
+  the one the topic received, shared with every other channel of the topic.
 * Delivery is pushed, not polled: ``_ready`` holds the subscribed clients that can take
   a message now (in_flight < RDY). A message put into the channel goes straight to the
-  next ready client, round-robin; it waits in the deque only when nobody is ready.
-  Invariant (while unpaused): a ready client exists only if the deque is empty. A client
-  that becomes ready again (RDY, FIN, REQ, timeout) first drains the deque.
+  next ready client, round-robin; it is queued only when nobody is ready.
+  Invariant (while unpaused): a ready client exists only if the queue, memory and disk,
+  is empty. A client that becomes ready again (RDY, FIN, REQ, timeout) drains it first.
 * In-flight messages live on the client that holds them (``Client.in_flight``), which
   also owns their timeouts. Deferred messages (REQ with a delay, DPUB) wait in a heap
   ordered by deadline; ``run_deferred`` sleeps until the earliest one is due.
@@ -22,6 +23,8 @@ import trio
 
 from common.names import is_ephemeral
 
+from .message_queue import MessageQueue
+
 
 class Channel:
     def __init__(self, topic, name: str):
@@ -29,24 +32,27 @@ class Channel:
         self.name = name
         self.ephemeral = is_ephemeral(name)
         self.paused = False
+        self.exiting = False
         self.clients: dict[int, object] = {}
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
-        self._headers: deque[bytes] = deque()
-        self._bodies: deque[bytes] = deque()
+        self.queue = MessageQueue(f"{topic.name}:{name}", topic.nsqd, self.ephemeral or topic.ephemeral)
         self._ready: deque = deque()
         self._deferred: list[tuple[float, int, bytes, bytes]] = []
         self._deferred_order = itertools.count()
         self._deferred_changed = trio.Event()
-        self.deleted = False
 
     def __repr__(self) -> str:
         return f"<Channel {self.topic.name}:{self.name}>"
 
     @property
     def depth(self) -> int:
-        return len(self._headers)
+        return len(self.queue)
+
+    @property
+    def backend_depth(self) -> int:
+        return self.queue.backend_depth
 
     @property
     def deferred_count(self) -> int:
@@ -56,24 +62,25 @@ class Channel:
     def in_flight_count(self) -> int:
         return sum(len(client.in_flight) for client in self.clients.values())
 
+    def _delivering(self) -> bool:
+        return not self.paused and not self.exiting
+
     def put_many(self, headers: list[bytes], bodies: list[bytes]) -> None:
-        """New messages from the topic."""
+        """New messages from the topic; OSError if some could not be written to disk."""
         self.message_count += len(headers)
-        if self.paused or not self._ready:
-            self._headers.extend(headers)
-            self._bodies.extend(bodies)
-            return
-        for index, header in enumerate(headers):
-            if not self._deliver_to_ready(header, bodies[index]):
-                self._headers.extend(headers[index:])
-                self._bodies.extend(bodies[index:])
+        if self._delivering() and self._ready:
+            for index, header in enumerate(headers):
+                if not self._deliver_to_ready(header, bodies[index]):
+                    headers, bodies = headers[index:], bodies[index:]
+                    break
+            else:
                 return
+        self.queue.put(headers, bodies)
 
     def requeue(self, header: bytes, body: bytes) -> None:
         """A message back from a client (REQ 0, timeout, disconnect) or out of deferral."""
-        if self.paused or not self._deliver_to_ready(header, body):
-            self._headers.append(header)
-            self._bodies.append(body)
+        if not self._delivering() or not self._deliver_to_ready(header, body):
+            self.queue.requeue(header, body)
 
     def _deliver_to_ready(self, header: bytes, body: bytes) -> bool:
         ready = self._ready
@@ -89,13 +96,22 @@ class Channel:
 
     def client_ready(self, client) -> None:
         """The client can take more messages: drain the queue into it, then mark it ready."""
-        if self.paused or not client.can_take_message():
+        if not self._delivering() or not client.can_take_message():
             return
-        headers, bodies = self._headers, self._bodies
+        queue = self.queue
+        headers, bodies = queue.headers, queue.bodies
         while headers:
             client.send_message(headers.popleft(), bodies.popleft())
             if not client.can_take_message():
                 return
+        while queue.has_backend_data():
+            batch = queue.take_from_disk(client.ready_count - len(client.in_flight))
+            for header, body in batch:
+                client.send_message(header, body)
+            if not client.can_take_message():
+                return
+            if not batch:
+                break
         if not client.in_ready_queue:
             client.in_ready_queue = True
             self._ready.append(client)
@@ -114,7 +130,7 @@ class Channel:
         self.requeue_count += len(returned)
         for msg in returned:
             self.requeue(msg.requeue_header(), msg.body)
-        if self.ephemeral and not self.clients:
+        if self.ephemeral and not self.clients and not self.exiting:
             self.topic.delete_channel(self.name)
 
     def defer(self, header: bytes, body: bytes, delay: float) -> None:
@@ -151,10 +167,27 @@ class Channel:
 
     def empty(self) -> None:
         """Drop every queued, deferred and in-flight message (nsqd's Channel.Empty)."""
-        self._headers.clear()
-        self._bodies.clear()
+        self.queue.empty()
         self._deferred.clear()
         self._deferred_changed.set()
         for client in list(self.clients.values()):
             client.take_in_flight()
             self.client_ready(client)
+
+    def stop_delivering(self) -> None:
+        """nsqd is stopping: messages coming back from clients stay in the channel."""
+        self.exiting = True
+        self.pause()
+
+    def close(self) -> None:
+        """Write what is still held (queued, deferred, in flight) to disk and sync (nsqd's exit)."""
+        held = [(header, body) for _, _, header, body in sorted(self._deferred)]
+        for client in self.clients.values():
+            held += [(msg.requeue_header(), msg.body) for msg in client.take_in_flight()]
+        self._deferred.clear()
+        self.queue.close(held)
+
+    def delete(self) -> None:
+        self.exiting = True
+        self._deferred.clear()
+        self.queue.delete()

@@ -10,8 +10,13 @@ from common import VERSION
 from common import lg
 from common.goflags import FlagError, usage
 
+from .dirlock import DirLockError
 from .nsqd import NSQD
 from .options import FLAGS, load_options
+
+# What stops nsqd from starting: a locked or unreadable data directory, a port in use,
+# a corrupt nsqd.dat.
+STARTUP_ERRORS = (DirLockError, OSError, ValueError)
 
 
 async def serve_until_signalled(opts) -> None:
@@ -21,7 +26,7 @@ async def serve_until_signalled(opts) -> None:
             await nursery.start(nsqd.run)
             async for signum in signals:
                 logging.getLogger("nsqd").info("received %s, exiting", signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
+                nsqd.stop()
                 break
 
 
@@ -45,10 +50,21 @@ def main(argv: list[str] | None = None) -> int:
     log.info("ID: %d", opts.node_id)
     try:
         trio.run(serve_until_signalled, opts)
-    except OSError as exc:
-        log.critical("failed to listen on %s: %s", opts.tcp_address, exc.strerror or exc)
+    except (OSError, ValueError, ExceptionGroup) as exc:
+        errors = _leaves(exc)
+        if not all(isinstance(err, STARTUP_ERRORS) for err in errors):
+            raise
+        for err in errors:
+            log.critical("%s", err)
         return 1
     return 0
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (possibly nested) exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 if __name__ == "__main__":

@@ -1,18 +1,36 @@
-"""The daemon: its topics, its listeners and the tasks they share (nsqd/nsqd.go)."""
+"""The daemon: its topics, listeners, data directory and the tasks they share (nsqd/nsqd.go).
+
+Lifecycle: ``run`` locks --data-path, loads nsqd.dat (topics, channels, pause states; the
+disk queues pick up their backlogs), writes it back, listens on TCP and HTTP, and serves
+until ``stop()``. Stopping closes the listeners and every client (their in-flight
+messages return to their channels), then writes everything still in memory, deferred
+or in flight to the disk queues, syncs them, saves nsqd.dat and unlocks the directory.
+"""
 
 import itertools
 import logging
+import os
 import socket
 import time
 
 import trio
 
+from common.message import MIN_MESSAGE_LENGTH
+from serving.http import HTTPServer
+
+from . import metadata
+from .diskqueue import DiskQueue
+from .dirlock import DirLock
 from .guid import GuidFactory
+from .http_api import HTTPAPI
 from .options import parse_address
+from .stats import GCPauses
 from .tcp import Connection
 from .topic import Topic
 
 log = logging.getLogger("nsqd")
+
+SYNC_THREADS = 2
 
 
 async def open_listeners(address: str, what: str) -> list[trio.SocketListener]:
@@ -36,24 +54,76 @@ def bound_port(listeners: list[trio.SocketListener]) -> int:
 class NSQD:
     def __init__(self, opts):
         self.opts = opts
+        self.data_path = opts.data_path or os.getcwd()
         self.guid = GuidFactory(opts.node_id)
         self.topics: dict[str, Topic] = {}
         self.connections: set[Connection] = set()
         self.start_time = int(time.time())
+        self.hostname = socket.gethostname()
         self.tcp_port = 0
+        self.http_port = 0
+        self.exiting = False
+        self.gc_pauses = GCPauses()
+        self._health_error: str | None = None
         self._client_ids = itertools.count(1)
         self._nursery: trio.Nursery | None = None
-        self._channel_scopes: dict[object, trio.CancelScope] = {}
+        self._tasks: dict[object, trio.CancelScope] = {}
+        self._diskqueues: set[DiskQueue] = set()
+        self._sync_due: set[DiskQueue] = set()
+        self._sync_wanted = trio.Event()
+        self._metadata_dirty = trio.Event()
+        self._stopped = trio.Event()
+        self._lock = DirLock(self.data_path)
+
+    # -- lifecycle -------------------------------------------------------------------
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Listen and serve until cancelled."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            listeners = await open_listeners(self.opts.tcp_address, "--tcp-address")
-            self.tcp_port = bound_port(listeners)
-            log.info("TCP: listening on %s", _format_address(listeners[0].socket.getsockname()))
-            await nursery.start(trio.serve_listeners, self._serve_connection, listeners)
-            task_status.started(self)
+        """Serve until ``stop()``; then shut down gracefully."""
+        self._lock.acquire()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._load_metadata()
+                self.save_metadata()
+                await self._start_listeners(nursery)
+                nursery.start_soon(self._sync_loop)
+                nursery.start_soon(self._metadata_loop)
+                task_status.started(self)
+                await self._stopped.wait()
+                self._begin_exit()
+                nursery.cancel_scope.cancel()
+            self._close_queues()
+        finally:
+            self._lock.release()
+        log.info("NSQ: bye")
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def _start_listeners(self, nursery: trio.Nursery) -> None:
+        listeners = await open_listeners(self.opts.tcp_address, "--tcp-address")
+        self.tcp_port = bound_port(listeners)
+        log.info("TCP: listening on %s", _format_address(listeners[0].socket.getsockname()))
+        await nursery.start(trio.serve_listeners, self._serve_connection, listeners)
+        if self.opts.http_address:
+            http_listeners = await open_listeners(self.opts.http_address, "--http-address")
+            self.http_port = bound_port(http_listeners)
+            log.info("HTTP: listening on %s", _format_address(http_listeners[0].socket.getsockname()))
+            server = HTTPServer(HTTPAPI(self), max_body_size=max(self.opts.max_body_size, self.opts.max_msg_size))
+            await nursery.start(server.serve, http_listeners)
+
+    def _begin_exit(self) -> None:
+        """Stop delivering, so what clients give back on disconnect stays in the channels."""
+        self.exiting = True
+        for topic in self.topics.values():
+            for channel in topic.channels.values():
+                channel.stop_delivering()
+
+    def _close_queues(self) -> None:
+        self.save_metadata()
+        log.info("NSQ: closing topics")
+        for topic in self.topics.values():
+            topic.close()
 
     async def _serve_connection(self, stream) -> None:
         remote = _remote_address(stream)
@@ -67,43 +137,149 @@ class NSQD:
         finally:
             self.connections.discard(conn)
 
-    def get_topic(self, name: str) -> Topic:
+    # -- metadata ----------------------------------------------------------------------
+
+    def _load_metadata(self) -> None:
+        saved = metadata.load(self.data_path)
+        for entry in saved:
+            topic = self.get_topic(entry.name, persist=False)
+            topic.paused = entry.paused
+            for channel_entry in entry.channels:
+                channel = topic.get_channel(channel_entry.name)
+                if channel_entry.paused:
+                    channel.pause()
+        log.info("NSQ: loaded metadata for %d topics from %s", len(saved), self.data_path)
+
+    def _metadata_snapshot(self) -> list[metadata.TopicMeta]:
+        return [
+            metadata.TopicMeta(topic.name, topic.paused, [
+                metadata.ChannelMeta(channel.name, channel.paused)
+                for channel in topic.channels.values() if not channel.ephemeral])
+            for topic in self.topics.values() if not topic.ephemeral
+        ]
+
+    def save_metadata(self) -> None:
+        try:
+            metadata.save(self.data_path, self._metadata_snapshot())
+        except OSError as exc:
+            log.error("failed to persist metadata - %s", exc)
+
+    def persist_metadata(self) -> None:
+        """Ask for nsqd.dat to be rewritten soon (by a worker thread, off the event loop)."""
+        self._metadata_dirty.set()
+
+    async def _metadata_loop(self) -> None:
+        while True:
+            await self._metadata_dirty.wait()
+            self._metadata_dirty = trio.Event()
+            snapshot = self._metadata_snapshot()
+            try:
+                await trio.to_thread.run_sync(metadata.save, self.data_path, snapshot)
+            except OSError as exc:
+                log.error("failed to persist metadata - %s", exc)
+
+    # -- topics and channels ---------------------------------------------------------
+
+    def get_topic(self, name: str, persist: bool = True) -> Topic:
         topic = self.topics.get(name)
         if topic is None:
             topic = Topic(name, self)
             self.topics[name] = topic
+            self._start_task(topic, topic.run_pump)
             log.info("TOPIC(%s): created", name)
+            if persist and not topic.ephemeral:
+                self.persist_metadata()
         return topic
 
     def delete_topic(self, name: str) -> bool:
         topic = self.topics.pop(name, None)
         if topic is None:
             return False
-        for channel_name in list(topic.channels):
-            topic.delete_channel(channel_name)
+        self._stop_task(topic)
+        topic.delete()
         log.info("TOPIC(%s): deleted", name)
+        if not topic.ephemeral:
+            self.persist_metadata()
         return True
 
-    def start_channel(self, channel) -> None:
-        scope = trio.CancelScope()
-        self._channel_scopes[channel] = scope
-        self._nursery.start_soon(self._run_channel, channel, scope)
+    def channel_created(self, channel) -> None:
+        self._start_task(channel, channel.run_deferred)
         log.info("TOPIC(%s): new channel(%s)", channel.topic.name, channel.name)
+        if not channel.ephemeral and not channel.topic.ephemeral:
+            self.persist_metadata()
 
-    async def _run_channel(self, channel, scope: trio.CancelScope) -> None:
-        with scope:
-            await channel.run_deferred()
-
-    def stop_channel(self, channel) -> None:
-        """The channel was deleted: stop its task and disconnect its consumers."""
-        channel.deleted = True
-        scope = self._channel_scopes.pop(channel, None)
-        if scope is not None:
-            scope.cancel()
+    def channel_deleted(self, channel) -> None:
+        """Stop the channel's task and disconnect its consumers."""
+        self._stop_task(channel)
         for conn in list(self.connections):
             if conn.client.channel is channel:
                 conn.close()
         log.info("CHANNEL(%s:%s): deleted", channel.topic.name, channel.name)
+        if not channel.ephemeral:
+            self.persist_metadata()
+
+    def _start_task(self, owner, task) -> None:
+        scope = trio.CancelScope()
+        self._tasks[owner] = scope
+        self._nursery.start_soon(self._run_task, task, scope)
+
+    async def _run_task(self, task, scope: trio.CancelScope) -> None:
+        with scope:
+            await task()
+
+    def _stop_task(self, owner) -> None:
+        scope = self._tasks.pop(owner, None)
+        if scope is not None:
+            scope.cancel()
+
+    # -- disk queues and health ------------------------------------------------------
+
+    def open_diskqueue(self, name: str) -> DiskQueue:
+        queue = DiskQueue(name, self.data_path, self.opts.max_bytes_per_file,
+                          MIN_MESSAGE_LENGTH, self.opts.max_msg_size + MIN_MESSAGE_LENGTH)
+        self._diskqueues.add(queue)
+        return queue
+
+    def forget_diskqueue(self, queue: DiskQueue) -> None:
+        self._diskqueues.discard(queue)
+        self._sync_due.discard(queue)
+
+    def disk_used(self, queue: DiskQueue) -> None:
+        """A disk queue read or wrote: health is good; sync after --sync-every operations."""
+        self._health_error = None
+        if queue.writes_since_sync >= self.opts.sync_every:
+            self._sync_due.add(queue)
+            self._sync_wanted.set()
+
+    def disk_failed(self, name: str, exc: OSError) -> None:
+        self._health_error = f"{name}: {exc.strerror or exc}"
+        log.error("DISKQUEUE(%s): %s", name, exc)
+
+    @property
+    def health(self) -> str:
+        return "OK" if self._health_error is None else f"NOK - {self._health_error}"
+
+    def is_healthy(self) -> bool:
+        return self._health_error is None
+
+    async def _sync_loop(self) -> None:
+        """fsync disk queues in worker threads: after --sync-every operations, or every
+        --sync-timeout for a queue with any unsynced operation."""
+        limiter = trio.CapacityLimiter(SYNC_THREADS)
+        while True:
+            with trio.move_on_after(self.opts.sync_timeout):
+                await self._sync_wanted.wait()
+            self._sync_wanted = trio.Event()
+            due = self._sync_due or {queue for queue in self._diskqueues if queue.writes_since_sync}
+            self._sync_due = set()
+            for queue in list(due):
+                if queue not in self._diskqueues:
+                    continue
+                job = queue.prepare_sync()
+                try:
+                    await trio.to_thread.run_sync(job.run, limiter=limiter)
+                except OSError as exc:
+                    self.disk_failed(queue.name, exc)
 
 
 def _format_address(name) -> str:
@@ -119,4 +295,3 @@ def _remote_address(stream) -> str:
         return _format_address(stream.socket.getpeername())
     except (AttributeError, OSError):
         return "unknown"
-

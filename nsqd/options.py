@@ -25,6 +25,13 @@ FLAGS = [
     Flag("verbose", "bool", False, "[deprecated] has no effect, use --log-level"),
     Flag("node-id", "int", default_node_id(), "unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)", cfg_key="id"),
     Flag("tcp-address", "str", "0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients"),
+    Flag("http-address", "str", "0.0.0.0:4151", "<addr>:<port> to listen on for HTTP clients"),
+    Flag("broadcast-address", "str", socket.gethostname(), "address that will be registered with lookupd (defaults to the OS hostname)"),
+    Flag("data-path", "str", "", "path to store disk-backed messages"),
+    Flag("mem-queue-size", "int", 10000, "number of messages to keep in memory (per topic/channel)"),
+    Flag("max-bytes-per-file", "int", 100 * 1024 * 1024, "number of bytes per diskqueue file before rolling"),
+    Flag("sync-every", "int", 2500, "number of messages per diskqueue fsync"),
+    Flag("sync-timeout", "duration", 2.0, "duration of time per diskqueue fsync"),
     Flag("msg-timeout", "duration", 60.0, "default duration to wait before auto-requeing a message"),
     Flag("max-msg-timeout", "duration", 15 * 60.0, "maximum duration before a message will timeout"),
     Flag("max-msg-size", "int", 1024 * 1024, "maximum size of a single message in bytes"),
@@ -50,13 +57,17 @@ def _validate(opts: SimpleNamespace) -> None:
     opts.log_level = opts.log_level.lower()
     if opts.log_level not in LOG_LEVELS:
         raise FlagError(f"invalid log level {opts.log_level!r}: use one of {', '.join(LOG_LEVELS)}")
-    for name in ("max_msg_size", "max_body_size", "max_rdy_count", "max_output_buffer_size"):
+    for name in ("max_msg_size", "max_body_size", "max_rdy_count", "max_output_buffer_size",
+                 "max_bytes_per_file", "sync_every"):
         if getattr(opts, name) <= 0:
             raise FlagError(f"--{name.replace('_', '-')} must be greater than 0, got {getattr(opts, name)}")
+    if opts.mem_queue_size < 0:
+        raise FlagError(f"--mem-queue-size must be 0 or more, got {opts.mem_queue_size}")
     if opts.max_channel_consumers < 0:
         raise FlagError(f"--max-channel-consumers must be 0 (unlimited) or more, got {opts.max_channel_consumers}")
     for name in ("msg_timeout", "max_msg_timeout", "max_req_timeout", "max_heartbeat_interval",
-                 "max_output_buffer_timeout", "min_output_buffer_timeout", "output_buffer_timeout"):
+                 "max_output_buffer_timeout", "min_output_buffer_timeout", "output_buffer_timeout",
+                 "sync_timeout"):
         if getattr(opts, name) < 0:
             raise FlagError(f"--{name.replace('_', '-')} must not be negative")
     if opts.min_output_buffer_timeout > opts.max_output_buffer_timeout:
@@ -64,6 +75,8 @@ def _validate(opts: SimpleNamespace) -> None:
     if opts.msg_timeout > opts.max_msg_timeout:
         raise FlagError("--msg-timeout must not exceed --max-msg-timeout")
     parse_address(opts.tcp_address, "--tcp-address")
+    if opts.http_address:
+        parse_address(opts.http_address, "--http-address")
 
 
 def parse_address(address: str, what: str) -> tuple[str, int] | str:

@@ -104,21 +104,28 @@ class ProtocolV2:
     def nop(self, command: Nop) -> None:
         pass
 
-    def _count_published(self, topic: str, count: int) -> None:
+    def _published(self, command_name: str, topic: str, count: int, publish) -> None:
+        """Run ``publish``; answer OK, or E_<CMD>_FAILED if nsqd is stopping or the disk failed."""
+        if self.nsqd.exiting:
+            raise ClientError(f"E_{command_name}_FAILED", f"{command_name} failed exiting")
+        try:
+            publish()
+        except OSError as exc:
+            raise ClientError(f"E_{command_name}_FAILED", f"{command_name} failed {exc.strerror or exc}") from exc
         counts = self.client.pub_counts
         counts[topic] = counts.get(topic, 0) + count
+        self.client.send_response(OK)
 
     def pub(self, command: Pub) -> None:
-        self.nsqd.get_topic(command.topic).publish([command.body], time.time_ns())
-        self._count_published(command.topic, 1)
-        self.client.send_response(OK)
+        topic = self.nsqd.get_topic(command.topic)
+        self._published("PUB", command.topic, 1, lambda: topic.publish([command.body], time.time_ns()))
 
     def mpub(self, command: Mpub) -> None:
-        self.nsqd.get_topic(command.topic).publish(command.bodies, time.time_ns())
-        self._count_published(command.topic, len(command.bodies))
-        self.client.send_response(OK)
+        topic = self.nsqd.get_topic(command.topic)
+        self._published("MPUB", command.topic, len(command.bodies),
+                        lambda: topic.publish(command.bodies, time.time_ns()))
 
     def dpub(self, command: Dpub) -> None:
-        self.nsqd.get_topic(command.topic).publish_deferred(command.body, time.time_ns(), command.defer_ms / 1000)
-        self._count_published(command.topic, 1)
-        self.client.send_response(OK)
+        topic = self.nsqd.get_topic(command.topic)
+        self._published("DPUB", command.topic, 1,
+                        lambda: topic.publish_deferred(command.body, time.time_ns(), command.defer_ms / 1000))

@@ -1,9 +1,13 @@
 """A topic: takes published messages and copies each one to every channel (nsqd/topic.go).
 
 Fan-out is a direct call: the same header and body objects go to every channel. While a
-topic has no channel, or is paused, it holds its messages (deferred ones with their due
-time) and hands them over when a channel appears or it is unpaused.
+topic has no channel, or is paused, it keeps its messages in its own MessageQueue
+(memory, then the topic's disk queue) and deferred ones with their due time; its pump
+task hands that backlog to the channels, in batches, once there are channels and the
+topic is not paused. New messages queue behind an existing backlog.
 """
+
+import logging
 
 import trio
 
@@ -11,6 +15,11 @@ from common.message import TIMESTAMP_ATTEMPTS
 from common.names import is_ephemeral
 
 from .channel import Channel
+from .message_queue import MessageQueue
+
+log = logging.getLogger("nsqd")
+
+PUMP_BATCH = 1000
 
 
 class Topic:
@@ -22,69 +31,98 @@ class Topic:
         self.channels: dict[str, Channel] = {}
         self.message_count = 0
         self.message_bytes = 0
-        self._held_headers: list[bytes] = []
-        self._held_bodies: list[bytes] = []
+        self.queue = MessageQueue(name, nsqd, self.ephemeral)
         self._held_deferred: list[tuple[float, bytes, bytes]] = []
+        self._backlog_changed = trio.Event()
 
     def __repr__(self) -> str:
         return f"<Topic {self.name}>"
 
     @property
     def depth(self) -> int:
-        return len(self._held_headers)
+        return len(self.queue)
+
+    @property
+    def backend_depth(self) -> int:
+        return self.queue.backend_depth
 
     def _new_headers(self, count: int, timestamp_ns: int) -> list[bytes]:
         prefix = TIMESTAMP_ATTEMPTS.pack(timestamp_ns, 0)
         return [prefix + msg_id for msg_id in self.nsqd.guid.new_ids(count)]
 
+    def _fans_out(self) -> bool:
+        return bool(self.channels) and not self.paused
+
     def publish(self, bodies: list[bytes], timestamp_ns: int) -> None:
+        """Accept new messages; OSError if they could not all be stored."""
         headers = self._new_headers(len(bodies), timestamp_ns)
+        if self._fans_out() and not len(self.queue):
+            self._count(bodies)
+            errors = []
+            for channel in list(self.channels.values()):
+                try:
+                    channel.put_many(headers, bodies)
+                except OSError as exc:
+                    errors.append(exc)
+            if errors:
+                raise errors[0]
+            return
+        self.queue.put(headers, bodies)
+        self._count(bodies)
+        self._backlog_changed.set()
+
+    def _count(self, bodies: list[bytes]) -> None:
         self.message_count += len(bodies)
         self.message_bytes += sum(map(len, bodies))
-        if self.paused or not self.channels:
-            self._held_headers += headers
-            self._held_bodies += bodies
-            return
-        for channel in self.channels.values():
-            channel.put_many(headers, bodies)
 
     def publish_deferred(self, body: bytes, timestamp_ns: int, delay: float) -> None:
         header = self._new_headers(1, timestamp_ns)[0]
-        self.message_count += 1
-        self.message_bytes += len(body)
-        if self.paused or not self.channels:
+        self._count([body])
+        if not self._fans_out():
             self._held_deferred.append((trio.current_time() + delay, header, body))
             return
-        for channel in self.channels.values():
+        for channel in list(self.channels.values()):
             channel.message_count += 1
             channel.defer(header, body, delay)
 
-    def _release_held(self) -> None:
-        if self.paused or not self.channels:
-            return
-        headers, bodies, deferred = self._held_headers, self._held_bodies, self._held_deferred
-        self._held_headers, self._held_bodies, self._held_deferred = [], [], []
+    async def run_pump(self) -> None:
+        """Hand the backlog to the channels whenever there are channels to take it."""
+        while True:
+            self._backlog_changed = trio.Event()
+            if self._fans_out() and (len(self.queue) or self._held_deferred):
+                self._pump_batch()
+                await trio.sleep(0)
+                continue
+            await self._backlog_changed.wait()
+
+    def _pump_batch(self) -> None:
         now = trio.current_time()
-        for channel in self.channels.values():
-            channel.put_many(headers, bodies)
+        deferred, self._held_deferred = self._held_deferred, []
+        headers, bodies = self.queue.take(PUMP_BATCH)
+        for channel in list(self.channels.values()):
             for due, header, body in deferred:
                 channel.message_count += 1
                 channel.defer(header, body, max(0.0, due - now))
+            try:
+                channel.put_many(headers, bodies)
+            except OSError as exc:
+                log.error("TOPIC(%s): channel %s kept messages in memory: %s", self.name, channel.name, exc)
 
     def get_channel(self, name: str) -> Channel:
         channel = self.channels.get(name)
         if channel is None:
             channel = Channel(self, name)
             self.channels[name] = channel
-            self.nsqd.start_channel(channel)
-            self._release_held()
+            self.nsqd.channel_created(channel)
+            self._backlog_changed.set()
         return channel
 
     def delete_channel(self, name: str) -> bool:
         channel = self.channels.pop(name, None)
         if channel is None:
             return False
-        self.nsqd.stop_channel(channel)
+        self.nsqd.channel_deleted(channel)
+        channel.delete()
         if self.ephemeral and not self.channels:
             self.nsqd.delete_topic(self.name)
         return True
@@ -94,4 +132,24 @@ class Topic:
 
     def unpause(self) -> None:
         self.paused = False
-        self._release_held()
+        self._backlog_changed.set()
+
+    def empty(self) -> None:
+        """Drop the topic's own backlog (its channels keep theirs), as nsqd's Topic.Empty."""
+        self.queue.empty()
+        self._held_deferred.clear()
+
+    def close(self) -> None:
+        """nsqd is stopping: every message this topic and its channels hold goes to disk."""
+        for channel in self.channels.values():
+            channel.close()
+        held = [(header, body) for _, header, body in self._held_deferred]
+        self._held_deferred.clear()
+        self.queue.close(held)
+
+    def delete(self) -> None:
+        for name in list(self.channels):
+            channel = self.channels.pop(name)
+            self.nsqd.channel_deleted(channel)
+            channel.delete()
+        self.queue.delete()

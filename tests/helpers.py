@@ -98,7 +98,7 @@ class NsqdProcess:
     """A real nsqd process on an ephemeral loopback port."""
 
     def __init__(self, *args: str):
-        self.args = ["--tcp-address=127.0.0.1:0", *args]
+        self.args = ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *args]
         self.proc = subprocess.Popen([sys.executable, "-m", "nsqd", *self.args], cwd=ROOT,
                                      stderr=subprocess.PIPE, text=True)
         self.log_lines: list[str] = []

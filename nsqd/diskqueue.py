@@ -1,0 +1,349 @@
+"""A file-backed FIFO in go-diskqueue v1.1.0's on-disk format, so NSQ's data directories work.
+
+Layout in ``data_path`` for a queue NAME:
+
+* ``NAME.diskqueue.000000.dat``, ``...000001.dat``: records ``[int32 BE length][payload]``.
+  A file is complete once a later file exists; it ends at its size. A write that would take
+  a non-empty file past ``max_bytes_per_file`` starts the next file first.
+* ``NAME.diskqueue.meta.dat``: ``"depth\\nreadFileNum,readPos\\nwriteFileNum,writePos\\n"``,
+  replaced atomically (temp file, fsync, rename).
+
+Reading a record consumes it (go-diskqueue's moveForward); a fully read file is deleted.
+A corrupt record (length out of range, short read) renames its file to ``.bad`` and
+skips to the next file. If the write file is longer than the metadata says (an unclean
+stop), writing resumes in a new file so no half-written record is appended to.
+
+All file operations here are synchronous and short: one write() per put batch and
+buffered reads. fsync (the slow part) happens in ``sync()``, which the owner may run in
+a worker thread on a snapshot (``prepare_sync``), so the event loop never waits for it.
+"""
+
+import logging
+import os
+import random
+import struct
+
+log = logging.getLogger("nsqd")
+
+_LENGTH = struct.Struct(">i")
+READ_CHUNK = 256 * 1024
+
+
+class SyncJob:
+    """One sync: fsync data files (fds it owns and closes), then write the metadata."""
+
+    def __init__(self, fds: list[int], meta_path: str, meta_text: str):
+        self.fds = fds
+        self.meta_path = meta_path
+        self.meta_text = meta_text
+
+    def run(self) -> None:
+        try:
+            for fd in self.fds:
+                os.fsync(fd)
+        finally:
+            for fd in self.fds:
+                os.close(fd)
+        write_atomically(self.meta_path, self.meta_text.encode())
+
+
+def write_atomically(path: str, data: bytes, fsync: bool = True) -> None:
+    """Temp file, (fsync,) rename: the file is either the old or the new content."""
+    tmp = f"{path}.{random.getrandbits(63)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class DiskQueue:
+    def __init__(self, name: str, data_path: str, max_bytes_per_file: int, min_msg_size: int, max_msg_size: int):
+        self.name = name
+        self.data_path = data_path
+        self.max_bytes_per_file = max_bytes_per_file
+        self.min_msg_size = min_msg_size
+        self.max_msg_size = max_msg_size
+        self.depth = 0
+        self.read_file_num = 0
+        self.read_pos = 0
+        self.write_file_num = 0
+        self.write_pos = 0
+        self.writes_since_sync = 0
+        self._write_fd: int | None = None
+        self._unsynced_fds: list[int] = []  # finished data files not fsynced yet
+        self._read_fd: int | None = None
+        self._read_buf = b""
+        self._read_buf_pos = 0
+        self._read_end = 0  # where the file being read ends (its size, or write_pos)
+        self._load_metadata()
+
+    # -- naming ------------------------------------------------------------------
+
+    def file_name(self, number: int) -> str:
+        return os.path.join(self.data_path, f"{self.name}.diskqueue.{number:06d}.dat")
+
+    def meta_file_name(self) -> str:
+        return os.path.join(self.data_path, f"{self.name}.diskqueue.meta.dat")
+
+    # -- metadata ----------------------------------------------------------------
+
+    def _load_metadata(self) -> None:
+        try:
+            with open(self.meta_file_name()) as handle:
+                text = handle.read()
+        except FileNotFoundError:
+            return
+        try:
+            depth, read_part, write_part = text.split("\n")[:3]
+            read_num, read_pos = read_part.split(",")
+            write_num, write_pos = write_part.split(",")
+            self.depth = int(depth)
+            self.read_file_num, self.read_pos = int(read_num), int(read_pos)
+            self.write_file_num, self.write_pos = int(write_num), int(write_pos)
+        except ValueError:
+            log.error("DISKQUEUE(%s) failed to read metadata %r, starting empty", self.name, text[:100])
+            self.depth = self.read_file_num = self.read_pos = self.write_file_num = self.write_pos = 0
+            return
+        try:
+            size = os.path.getsize(self.file_name(self.write_file_num))
+        except FileNotFoundError:
+            return
+        if self.write_pos < size:
+            log.warning("DISKQUEUE(%s) %s metadata writePos %d < file size of %d, skipping to new file",
+                        self.name, self.file_name(self.write_file_num), self.write_pos, size)
+            self.write_file_num += 1
+            self.write_pos = 0
+
+    def metadata_text(self) -> str:
+        return f"{self.depth}\n{self.read_file_num},{self.read_pos}\n{self.write_file_num},{self.write_pos}\n"
+
+    def prepare_sync(self) -> SyncJob:
+        """A snapshot to sync, safe to run in another thread while this queue goes on."""
+        self.writes_since_sync = 0
+        fds, self._unsynced_fds = self._unsynced_fds, []
+        if self._write_fd is not None:
+            fds.append(os.dup(self._write_fd))
+        return SyncJob(fds, self.meta_file_name(), self.metadata_text())
+
+    def sync(self) -> None:
+        self.prepare_sync().run()
+
+    # -- writing -----------------------------------------------------------------
+
+    def put(self, payloads: list[bytes]) -> None:
+        """Append records; raises OSError (nothing half-counted) if the disk refuses."""
+        batch: list[bytes] = []
+        batch_bytes = 0
+        for payload in payloads:
+            size = len(payload)
+            if not self.min_msg_size <= size <= self.max_msg_size:
+                raise ValueError(f"invalid message write size ({size}) minMsgSize={self.min_msg_size} "
+                                 f"maxMsgSize={self.max_msg_size}")
+            total = 4 + size
+            if self.write_pos + batch_bytes > 0 and self.write_pos + batch_bytes + total > self.max_bytes_per_file:
+                self._write_batch(batch, batch_bytes)
+                batch, batch_bytes = [], 0
+                if self.write_pos > 0:
+                    self._roll_write_file()
+            batch.append(_LENGTH.pack(size))
+            batch.append(payload)
+            batch_bytes += total
+        self._write_batch(batch, batch_bytes)
+
+    def _write_batch(self, parts: list[bytes], size: int) -> None:
+        if not parts:
+            return
+        fd = self._open_write_file()
+        data = b"".join(parts)
+        try:
+            written = os.write(fd, data)
+            while written < len(data):
+                written += os.write(fd, data[written:])
+        except OSError:
+            self._abandon_partial_write()
+            raise
+        self.write_pos += size
+        self.depth += len(parts) // 2
+        self.writes_since_sync += len(parts) // 2
+
+    def _abandon_partial_write(self) -> None:
+        """After a failed write, drop whatever part of it reached the file."""
+        try:
+            os.ftruncate(self._write_fd, self.write_pos)
+            os.lseek(self._write_fd, self.write_pos, os.SEEK_SET)
+        except OSError:
+            os.close(self._write_fd)
+            self._write_fd = None
+            self.write_file_num += 1
+            self.write_pos = 0
+
+    def _open_write_file(self) -> int:
+        if self._write_fd is None:
+            fd = os.open(self.file_name(self.write_file_num), os.O_WRONLY | os.O_CREAT, 0o600)
+            os.lseek(fd, self.write_pos, os.SEEK_SET)
+            self._write_fd = fd
+        return self._write_fd
+
+    def _roll_write_file(self) -> None:
+        """Start the next data file. The finished one is fsynced by the next sync job; the
+        metadata is rewritten now (without fsync) so a restart after a crash resumes in the
+        new file instead of writing over it."""
+        if self._write_fd is not None:
+            self._unsynced_fds.append(self._write_fd)
+            self._write_fd = None
+        self.write_file_num += 1
+        self.write_pos = 0
+        write_atomically(self.meta_file_name(), self.metadata_text().encode(), fsync=False)
+
+    # -- reading -----------------------------------------------------------------
+
+    def has_data(self) -> bool:
+        return self.read_file_num < self.write_file_num or self.read_pos < self.write_pos
+
+    def read(self, max_count: int) -> list[bytes]:
+        """Take up to ``max_count`` records off the front (they leave the queue)."""
+        out: list[bytes] = []
+        while len(out) < max_count and self.has_data():
+            payload = self._read_one()
+            if payload is not None:
+                out.append(payload)
+        self.writes_since_sync += len(out)
+        return out
+
+    def _read_one(self) -> bytes | None:
+        try:
+            self._open_read_file()
+            size = _LENGTH.unpack(self._read_exactly(4))[0]
+            if not self.min_msg_size <= size <= self.max_msg_size:
+                raise ValueError(f"invalid message read size ({size})")
+            payload = self._read_exactly(size)
+        except (OSError, ValueError, EOFError) as exc:
+            log.error("DISKQUEUE(%s) reading at %d of %s - %s", self.name, self.read_pos,
+                      self.file_name(self.read_file_num), exc)
+            self._skip_bad_file()
+            return None
+        self.read_pos += 4 + size
+        self.depth -= 1
+        if self.read_file_num < self.write_file_num and self.read_pos >= self._read_end:
+            self._finish_read_file()
+        self._check_tail()
+        return payload
+
+    def _open_read_file(self) -> None:
+        if self._read_fd is not None:
+            if self.read_file_num == self.write_file_num:
+                self._read_end = self.write_pos
+            return
+        fd = os.open(self.file_name(self.read_file_num), os.O_RDONLY)
+        os.lseek(fd, self.read_pos, os.SEEK_SET)
+        self._read_fd = fd
+        self._read_buf, self._read_buf_pos = b"", 0
+        if self.read_file_num < self.write_file_num:
+            self._read_end = os.fstat(fd).st_size
+        else:
+            self._read_end = self.write_pos
+
+    def _read_exactly(self, count: int) -> bytes:
+        available = len(self._read_buf) - self._read_buf_pos
+        if available < count:
+            chunk = os.read(self._read_fd, max(READ_CHUNK, count - available))
+            self._read_buf = self._read_buf[self._read_buf_pos:] + chunk
+            self._read_buf_pos = 0
+            if len(self._read_buf) < count:
+                raise EOFError(f"short read: wanted {count} bytes, file has {len(self._read_buf)}")
+        start = self._read_buf_pos
+        self._read_buf_pos = start + count
+        return self._read_buf[start:start + count]
+
+    def _close_read_file(self) -> None:
+        if self._read_fd is not None:
+            os.close(self._read_fd)
+            self._read_fd = None
+        self._read_buf, self._read_buf_pos = b"", 0
+
+    def _finish_read_file(self) -> None:
+        """The read file is done: delete it and move on."""
+        self._close_read_file()
+        finished = self.file_name(self.read_file_num)
+        self.read_file_num += 1
+        self.read_pos = 0
+        try:
+            os.remove(finished)
+        except OSError as exc:
+            log.error("DISKQUEUE(%s) failed to Remove(%s) - %s", self.name, finished, exc)
+
+    def _skip_bad_file(self) -> None:
+        self._close_read_file()
+        if self.read_file_num == self.write_file_num:
+            self._close_write_file()
+            self.write_file_num += 1
+            self.write_pos = 0
+        bad = self.file_name(self.read_file_num)
+        log.warning("DISKQUEUE(%s) jump to next file and saving bad file as %s.bad", self.name, bad)
+        try:
+            os.replace(bad, bad + ".bad")
+        except OSError as exc:
+            log.error("DISKQUEUE(%s) failed to rename bad diskqueue file %s - %s", self.name, bad, exc)
+        self.read_file_num += 1
+        self.read_pos = 0
+        self._check_tail()
+
+    def _check_tail(self) -> None:
+        """At the end of the queue the depth must be 0 (go-diskqueue's checkTailCorruption)."""
+        if self.has_data():
+            return
+        if self.depth != 0:
+            log.error("DISKQUEUE(%s) %s depth at tail (%d), resetting 0...", self.name,
+                      "negative" if self.depth < 0 else "positive", self.depth)
+            self.depth = 0
+        if self.read_file_num > self.write_file_num or self.read_pos > self.write_pos:
+            log.error("DISKQUEUE(%s) read position past write position, skipping to next file", self.name)
+            self._skip_to_next_file()
+
+    # -- whole-queue operations ------------------------------------------------------
+
+    def _close_write_file(self) -> None:
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+            self._write_fd = None
+
+    def _skip_to_next_file(self) -> None:
+        """Delete every data file and continue in a fresh file number (go-diskqueue Empty)."""
+        self._close_read_file()
+        self._close_write_file()
+        self._drop_unsynced()
+        for number in range(self.read_file_num, self.write_file_num + 1):
+            try:
+                os.remove(self.file_name(number))
+            except FileNotFoundError:
+                pass
+        self.write_file_num += 1
+        self.write_pos = 0
+        self.read_file_num, self.read_pos = self.write_file_num, 0
+        self.depth = 0
+
+    def empty(self) -> None:
+        self._skip_to_next_file()
+        try:
+            os.remove(self.meta_file_name())
+        except FileNotFoundError:
+            pass
+
+    def delete(self) -> None:
+        """Remove the queue's files for good (topic or channel deleted)."""
+        self.empty()
+
+    def close(self) -> None:
+        """Sync and release the files (graceful stop)."""
+        self.sync()
+        self._close_read_file()
+        self._close_write_file()
+
+    def _drop_unsynced(self) -> None:
+        for fd in self._unsynced_fds:
+            os.close(fd)
+        self._unsynced_fds.clear()

@@ -1,0 +1,337 @@
+"""nsqd's HTTP API: NSQ v1.3's routes, parameters, status codes and bodies (nsqd/http.go).
+
+Conventions (internal/http_api): every V1 answer carries ``X-NSQ-Content-Type: nsq;
+version=1.0``; success is the text as is, or JSON for structured data; an error is
+``{"message":"<TEXT>"}`` with its status. Parameters come from the query string only.
+"""
+
+import json
+import logging
+import time
+from urllib.parse import unquote_plus
+
+from common import VERSION, lg
+from common.errors import ClientError
+from common.names import is_valid_name
+from common.protocol_v2 import parse_mpub_body
+from serving.http import Request, Response
+
+from . import stats
+from .options import FLAGS, LOG_LEVELS
+
+log = logging.getLogger("nsqd")
+
+V1_HEADER = ("X-NSQ-Content-Type", "nsq; version=1.0")
+JSON_TYPE = ("Content-Type", "application/json; charset=utf-8")
+TEXT_TYPE = ("Content-Type", "text/plain; charset=utf-8")
+BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, text: str):
+        super().__init__(status, text)
+        self.status = status
+        self.text = text
+
+
+def parse_query(raw: str) -> dict[str, list[str]]:
+    """Go's url.ParseQuery: ``;`` and bad %-escapes are errors (-> 400 INVALID_REQUEST)."""
+    values: dict[str, list[str]] = {}
+    for part in raw.split("&"):
+        if not part:
+            continue
+        if ";" in part:
+            raise HTTPError(400, "INVALID_REQUEST")
+        key, _, value = part.partition("=")
+        values.setdefault(_unescape(key), []).append(_unescape(value))
+    return values
+
+
+def _unescape(text: str) -> str:
+    pos = text.find("%")
+    while pos >= 0:
+        if len(text) < pos + 3 or not all(c in "0123456789abcdefABCDEF" for c in text[pos + 1:pos + 3]):
+            raise HTTPError(400, "INVALID_REQUEST")
+        pos = text.find("%", pos + 3)
+    return unquote_plus(text, errors="surrogateescape")
+
+
+def v1_ok(data=None) -> Response:
+    if data is None:
+        return Response(200, b"", [V1_HEADER])
+    if isinstance(data, (bytes, str)):
+        body = data.encode() if isinstance(data, str) else data
+        return Response(200, body, [V1_HEADER, TEXT_TYPE])
+    return Response(200, json.dumps(data, separators=(",", ":")).encode(), [V1_HEADER, JSON_TYPE])
+
+
+def v1_error(status: int, text: str) -> Response:
+    return Response(status, json.dumps({"message": text}, separators=(",", ":")).encode(), [V1_HEADER, JSON_TYPE])
+
+
+class HTTPAPI:
+    def __init__(self, nsqd):
+        self.nsqd = nsqd
+        self.routes = {
+            ("GET", "/ping"): self.ping,
+            ("GET", "/info"): self.info,
+            ("POST", "/pub"): self.pub,
+            ("POST", "/mpub"): self.mpub,
+            ("GET", "/stats"): self.stats,
+            ("POST", "/topic/create"): self.topic_create,
+            ("POST", "/topic/delete"): self.topic_delete,
+            ("POST", "/topic/empty"): self.topic_empty,
+            ("POST", "/topic/pause"): self.topic_pause,
+            ("POST", "/topic/unpause"): self.topic_pause,
+            ("POST", "/channel/create"): self.channel_create,
+            ("POST", "/channel/delete"): self.channel_delete,
+            ("POST", "/channel/empty"): self.channel_empty,
+            ("POST", "/channel/pause"): self.channel_pause,
+            ("POST", "/channel/unpause"): self.channel_pause,
+        }
+        self.paths = {path for _, path in self.routes} | {"/config"}
+
+    async def __call__(self, request: Request) -> Response:
+        handler = self.routes.get((request.method, request.path))
+        try:
+            if handler is None:
+                return self._unrouted(request)
+            return handler(request)
+        except HTTPError as err:
+            return v1_error(err.status, err.text)
+        except Exception:
+            log.exception("HTTP: error in %s %s", request.method, request.path)
+            return v1_error(500, "INTERNAL_ERROR")
+
+    def _unrouted(self, request: Request) -> Response:
+        if request.path.startswith("/config/") and request.path.count("/") == 2:
+            if request.method in ("GET", "PUT"):
+                return self.config(request, request.path[len("/config/"):])
+            return v1_error(405, "METHOD_NOT_ALLOWED")
+        if request.path in self.paths:
+            return v1_error(405, "METHOD_NOT_ALLOWED")
+        return v1_error(404, "NOT_FOUND")
+
+    # -- health and info ------------------------------------------------------------
+
+    def ping(self, request: Request) -> Response:
+        health = self.nsqd.health
+        status = 200 if self.nsqd.is_healthy() else 500
+        return Response(status, health.encode(), [TEXT_TYPE])
+
+    def info(self, request: Request) -> Response:
+        opts = self.nsqd.opts
+        return v1_ok({
+            "version": VERSION,
+            "broadcast_address": opts.broadcast_address,
+            "hostname": self.nsqd.hostname,
+            "http_port": self.nsqd.http_port,
+            "tcp_port": self.nsqd.tcp_port,
+            "start_time": self.nsqd.start_time,
+            "max_heartbeat_interval": round(opts.max_heartbeat_interval * 1e9),
+            "max_output_buffer_size": opts.max_output_buffer_size,
+            "max_output_buffer_timeout": round(opts.max_output_buffer_timeout * 1e9),
+            "max_deflate_level": 6,
+        })
+
+    # -- publishing ------------------------------------------------------------------
+
+    def _topic_for_publish(self, query: dict[str, list[str]]):
+        if "topic" not in query:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        name = query["topic"][0]
+        if not is_valid_name(name):
+            raise HTTPError(400, "INVALID_TOPIC")
+        return self.nsqd.get_topic(name)
+
+    def _publish(self, topic, bodies: list[bytes], defer: float = 0.0) -> Response:
+        if self.nsqd.exiting:
+            raise HTTPError(503, "EXITING")
+        try:
+            if defer:
+                topic.publish_deferred(bodies[0], time.time_ns(), defer)
+            elif bodies:
+                topic.publish(bodies, time.time_ns())
+        except OSError:
+            raise HTTPError(500, "PUB_FAILED") from None
+        return v1_ok("OK")
+
+    def pub(self, request: Request) -> Response:
+        max_size = self.nsqd.opts.max_msg_size
+        if request.body_too_big or len(request.body) > max_size:
+            raise HTTPError(413, "MSG_TOO_BIG")
+        if not request.body:
+            raise HTTPError(400, "MSG_EMPTY")
+        query = parse_query(request.query)
+        topic = self._topic_for_publish(query)
+        defer = 0.0
+        if "defer" in query:
+            try:
+                defer_ms = int(query["defer"][0], 10)
+            except ValueError:
+                raise HTTPError(400, "INVALID_DEFER") from None
+            if not 0 <= defer_ms <= self.nsqd.opts.max_req_timeout * 1000:
+                raise HTTPError(400, "INVALID_DEFER")
+            defer = defer_ms / 1000
+        return self._publish(topic, [request.body], defer)
+
+    def mpub(self, request: Request) -> Response:
+        opts = self.nsqd.opts
+        if request.body_too_big or len(request.body) > opts.max_body_size:
+            raise HTTPError(413, "BODY_TOO_BIG")
+        query = parse_query(request.query)
+        topic = self._topic_for_publish(query)
+        binary = False
+        if "binary" in query:
+            binary = BOOL_PARAMS.get(query["binary"][0], True)
+        if binary:
+            try:
+                bodies = parse_mpub_body(request.body, opts.max_body_size, opts.max_msg_size)
+            except ClientError as err:
+                raise HTTPError(413, err.code[2:]) from None
+        else:
+            bodies = [line for line in request.body.split(b"\n") if line]
+            if any(len(body) > opts.max_msg_size for body in bodies):
+                raise HTTPError(413, "MSG_TOO_BIG")
+        return self._publish(topic, bodies)
+
+    # -- stats -----------------------------------------------------------------------
+
+    def stats(self, request: Request) -> Response:
+        query = parse_query(request.query)
+
+        def first(name: str) -> str:
+            return query[name][0] if name in query else ""
+
+        document = stats.stats_document(self.nsqd, first("topic"), first("channel"),
+                                        BOOL_PARAMS.get(first("include_clients"), True),
+                                        BOOL_PARAMS.get(first("include_mem"), True))
+        if first("format") == "json":
+            return v1_ok(document)
+        return v1_ok(stats.stats_text(document, time.time()))
+
+    # -- topic and channel administration --------------------------------------------
+
+    def _topic_arg(self, query: dict[str, list[str]], validate: bool) -> str:
+        if "topic" not in query:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        name = query["topic"][0]
+        if validate and not is_valid_name(name):
+            raise HTTPError(400, "INVALID_TOPIC")
+        return name
+
+    def _existing_topic(self, name: str):
+        topic = self.nsqd.topics.get(name)
+        if topic is None:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        return topic
+
+    def _topic_and_channel(self, request: Request):
+        """http_api.GetTopicChannelArgs, then the topic must exist."""
+        query = parse_query(request.query)
+        if "topic" not in query:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        topic_name = query["topic"][0]
+        if not is_valid_name(topic_name):
+            raise HTTPError(400, "INVALID_ARG_TOPIC")
+        if "channel" not in query:
+            raise HTTPError(400, "MISSING_ARG_CHANNEL")
+        channel_name = query["channel"][0]
+        if not is_valid_name(channel_name):
+            raise HTTPError(400, "INVALID_ARG_CHANNEL")
+        return self._existing_topic(topic_name), channel_name
+
+    def _existing_channel(self, topic, name: str):
+        channel = topic.channels.get(name)
+        if channel is None:
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        return channel
+
+    def topic_create(self, request: Request) -> Response:
+        self._topic_for_publish(parse_query(request.query))
+        return v1_ok()
+
+    def topic_delete(self, request: Request) -> Response:
+        name = self._topic_arg(parse_query(request.query), validate=False)
+        if not self.nsqd.delete_topic(name):
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        return v1_ok()
+
+    def topic_empty(self, request: Request) -> Response:
+        topic = self._existing_topic(self._topic_arg(parse_query(request.query), validate=True))
+        topic.empty()
+        return v1_ok()
+
+    def topic_pause(self, request: Request) -> Response:
+        topic = self._existing_topic(self._topic_arg(parse_query(request.query), validate=False))
+        if "unpause" in request.path:
+            topic.unpause()
+        else:
+            topic.pause()
+        self.nsqd.persist_metadata()
+        return v1_ok()
+
+    def channel_create(self, request: Request) -> Response:
+        topic, channel_name = self._topic_and_channel(request)
+        topic.get_channel(channel_name)
+        return v1_ok()
+
+    def channel_delete(self, request: Request) -> Response:
+        topic, channel_name = self._topic_and_channel(request)
+        if not topic.delete_channel(channel_name):
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        return v1_ok()
+
+    def channel_empty(self, request: Request) -> Response:
+        topic, channel_name = self._topic_and_channel(request)
+        self._existing_channel(topic, channel_name).empty()
+        return v1_ok()
+
+    def channel_pause(self, request: Request) -> Response:
+        topic, channel_name = self._topic_and_channel(request)
+        channel = self._existing_channel(topic, channel_name)
+        if "unpause" in request.path:
+            channel.unpause()
+        else:
+            channel.pause()
+        self.nsqd.persist_metadata()
+        return v1_ok()
+
+    # -- /config/:opt --------------------------------------------------------------------
+
+    def config(self, request: Request, option: str) -> Response:
+        opts = self.nsqd.opts
+        if request.method == "PUT":
+            body = request.body
+            if request.body_too_big or not body or len(body) > opts.max_msg_size:
+                raise HTTPError(413, "INVALID_VALUE")
+            set_option(opts, option, body)
+        value = option_value(opts, option)
+        if value is None:
+            raise HTTPError(400, "INVALID_OPTION")
+        return v1_ok(value)
+
+
+def option_value(opts, option: str):
+    """An option by its config-file name, as nsqd's JSON shows it (durations in ns,
+    the log level as lg.LogLevel's number); None if there is no such option."""
+    for flag in FLAGS:
+        if flag.key == option:
+            value = getattr(opts, flag.attr)
+            if flag.attr == "log_level":
+                return LOG_LEVELS.index(value) + 1
+            if flag.kind == "duration":
+                return round(value * 1e9)
+            return value
+    return None
+
+
+def set_option(opts, option: str, body: bytes) -> None:
+    """PUT /config/:opt: the options nsqd lets you change while it runs."""
+    if option != "log_level":
+        raise HTTPError(400, "INVALID_OPTION")
+    level = body.decode("utf-8", "replace").strip().lower()
+    if level not in LOG_LEVELS:
+        raise HTTPError(400, "INVALID_VALUE")
+    opts.log_level = level
+    logging.getLogger("nsqd").setLevel(lg.LEVELS[level])

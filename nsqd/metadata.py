@@ -1,0 +1,81 @@
+"""``nsqd.dat``: which topics and channels exist and which are paused (nsqd/nsqd.go).
+
+Written as NSQ writes it (Go marshals maps with sorted keys; ephemeral topics and
+channels left out): ``{"topics":[{"channels":[{"name":"c","paused":false}],"name":"t",
+"paused":false}],"version":"1.3.0"}``, atomically via a temp file, fsync and rename.
+"""
+
+import json
+import logging
+import os
+from typing import NamedTuple
+
+from common import VERSION
+from common.names import is_valid_name
+
+from .diskqueue import write_atomically
+
+log = logging.getLogger("nsqd")
+
+METADATA_FILE = "nsqd.dat"
+
+
+class ChannelMeta(NamedTuple):
+    name: str
+    paused: bool
+
+
+class TopicMeta(NamedTuple):
+    name: str
+    paused: bool
+    channels: list[ChannelMeta]
+
+
+def encode(topics: list[TopicMeta]) -> bytes:
+    document = {
+        "topics": [
+            {"name": topic.name, "paused": topic.paused,
+             "channels": [{"name": ch.name, "paused": ch.paused} for ch in topic.channels]}
+            for topic in topics
+        ],
+        "version": VERSION,
+    }
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> list[TopicMeta]:
+    """Topics and channels from nsqd.dat; invalid names are skipped with a warning, as nsqd does."""
+    document = json.loads(data)
+    topics = []
+    for entry in document.get("topics") or []:
+        name = entry.get("name", "")
+        if not is_valid_name(name):
+            log.warning("skipping creation of invalid topic %s", name)
+            continue
+        channels = []
+        for channel in entry.get("channels") or []:
+            channel_name = channel.get("name", "")
+            if not is_valid_name(channel_name):
+                log.warning("skipping creation of invalid channel %s", channel_name)
+                continue
+            channels.append(ChannelMeta(channel_name, bool(channel.get("paused", False))))
+        topics.append(TopicMeta(name, bool(entry.get("paused", False)), channels))
+    return topics
+
+
+def load(data_path: str) -> list[TopicMeta]:
+    """The saved topics, or none if there is no nsqd.dat yet. A corrupt file is an error."""
+    path = os.path.join(data_path, METADATA_FILE)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return []
+    try:
+        return decode(data)
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise ValueError(f"failed to parse metadata file {path}: {exc}") from exc
+
+
+def save(data_path: str, topics: list[TopicMeta]) -> None:
+    write_atomically(os.path.join(data_path, METADATA_FILE), encode(topics))

@@ -1,0 +1,204 @@
+"""nsqd's /stats document, in NSQ v1.3's JSON shape and text layout (nsqd/stats.go, http.go).
+
+Every key of NSQ's TopicStats, ChannelStats and ClientV2Stats is present with the same
+type; Go's ``omitempty`` keys (authed, auth_identity, auth_identity_url, pub_counts) are
+left out when empty, as Go leaves them out. The memory block reports the Python runtime
+under Go's key names: allocated blocks, RSS, and collector pauses measured here.
+"""
+
+import gc
+import os
+import sys
+import time
+from datetime import datetime, timezone
+
+from common import VERSION
+from common.goflags import format_duration
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+class GCPauses:
+    """Collector pause times, recorded through gc.callbacks (Go reports its GC pauses)."""
+
+    def __init__(self, keep: int = 256):
+        self.keep = keep
+        self.pauses_us: list[int] = []
+        self.runs = 0
+        self._started = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        self.runs += 1
+        self.pauses_us.append(int((time.perf_counter() - self._started) * 1e6))
+        del self.pauses_us[:-self.keep]
+
+    def percentile(self, fraction: float) -> int:
+        if not self.pauses_us:
+            return 0
+        ordered = sorted(self.pauses_us)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * _PAGE_SIZE
+
+
+def memory_stats(pauses: GCPauses) -> dict:
+    return {
+        "heap_objects": sys.getallocatedblocks(),
+        "heap_idle_bytes": 0,
+        "heap_in_use_bytes": _rss_bytes(),
+        "heap_released_bytes": 0,
+        "gc_pause_usec_100": max(pauses.pauses_us, default=0),
+        "gc_pause_usec_99": pauses.percentile(0.99),
+        "gc_pause_usec_95": pauses.percentile(0.95),
+        "next_gc_bytes": 0,
+        "gc_total_runs": pauses.runs,
+    }
+
+
+def e2e_latency() -> dict:
+    return {"count": 0, "percentiles": None}
+
+
+def client_stats(client, topic_filter: str = "") -> dict:
+    stats = {
+        "client_id": client.client_id,
+        "hostname": client.hostname,
+        "version": "V2",
+        "remote_address": client.remote_address,
+        "state": int(client.state),
+        "ready_count": client.ready_count,
+        "in_flight_count": len(client.in_flight),
+        "message_count": client.message_count,
+        "finish_count": client.finish_count,
+        "requeue_count": client.requeue_count,
+        "connect_ts": client.connect_ts,
+        "sample_rate": client.sample_rate,
+        "deflate": False,
+        "snappy": False,
+        "user_agent": client.user_agent,
+    }
+    pub_counts = [{"topic": topic, "count": count} for topic, count in client.pub_counts.items()
+                  if not topic_filter or topic == topic_filter]
+    if pub_counts:
+        stats["pub_counts"] = pub_counts
+    stats.update({
+        "tls": False,
+        "tls_cipher_suite": "",
+        "tls_version": "",
+        "tls_negotiated_protocol": "",
+        "tls_negotiated_protocol_is_mutual": False,
+    })
+    return stats
+
+
+def channel_stats(channel, include_clients: bool) -> dict:
+    clients = [client_stats(client) for client in channel.clients.values()] if include_clients else None
+    return {
+        "channel_name": channel.name,
+        "depth": channel.depth,
+        "backend_depth": channel.backend_depth,
+        "in_flight_count": channel.in_flight_count,
+        "deferred_count": channel.deferred_count,
+        "message_count": channel.message_count,
+        "requeue_count": channel.requeue_count,
+        "timeout_count": channel.timeout_count,
+        "client_count": len(channel.clients),
+        "clients": clients,
+        "paused": channel.paused,
+        "e2e_processing_latency": e2e_latency(),
+    }
+
+
+def topic_stats(topic, channel_filter: str, include_clients: bool) -> dict | None:
+    names = sorted(topic.channels)
+    if channel_filter:
+        if channel_filter not in topic.channels:
+            return None
+        names = [channel_filter]
+    return {
+        "topic_name": topic.name,
+        "channels": [channel_stats(topic.channels[name], include_clients) for name in names],
+        "depth": topic.depth,
+        "backend_depth": topic.backend_depth,
+        "message_count": topic.message_count,
+        "message_bytes": topic.message_bytes,
+        "paused": topic.paused,
+        "e2e_processing_latency": e2e_latency(),
+    }
+
+
+def stats_document(nsqd, topic_filter: str, channel_filter: str, include_clients: bool,
+                   include_mem: bool) -> dict:
+    """The /stats?format=json answer, keys in NSQ's order."""
+    if topic_filter and topic_filter not in nsqd.topics:
+        topics = None
+    else:
+        names = [topic_filter] if topic_filter else sorted(nsqd.topics)
+        topics = [stats for stats in (topic_stats(nsqd.topics[name], channel_filter, include_clients)
+                                      for name in names) if stats is not None]
+    document = {"version": VERSION, "health": nsqd.health, "start_time": nsqd.start_time, "topics": topics}
+    if include_mem:
+        document["memory"] = memory_stats(nsqd.gc_pauses)
+    producers = None
+    if include_clients:
+        producers = [client_stats(conn.client, topic_filter) for conn in nsqd.connections
+                     if conn.client.pub_counts and (not topic_filter or topic_filter in conn.client.pub_counts)]
+    document["producers"] = producers or None
+    return document
+
+
+def _rfc3339(unix_seconds: int) -> str:
+    stamp = datetime.fromtimestamp(unix_seconds, timezone.utc).astimezone()
+    text = stamp.isoformat(timespec="seconds")
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def _client_line(stats: dict, now: float) -> str:
+    connected = format_duration(int(now - stats["connect_ts"]))
+    port = stats["remote_address"].rsplit(":", 1)[-1]
+    ident = f"{stats['hostname']}:{port} {stats['user_agent']}"
+    if stats.get("pub_counts"):
+        total = sum(item["count"] for item in stats["pub_counts"])
+        topics = ",".join(f"{item['topic']}={item['count']}" for item in stats["pub_counts"])
+        return f"[V2 {ident:<21}] msgs: {total:<8} topics: {topics} connected: {connected}"
+    return (f"[V2 {ident:<21}] state: {stats['state']} inflt: {stats['in_flight_count']:<4} "
+            f"rdy: {stats['ready_count']:<4} fin: {stats['finish_count']:<8} re-q: {stats['requeue_count']:<8} "
+            f"msgs: {stats['message_count']:<8} connected: {connected}")
+
+
+def stats_text(document: dict, now: float) -> str:
+    """The plain-text /stats, with nsqd's exact layout."""
+    out = [f"nsqd v{VERSION} (built w/python{sys.version.split()[0]})\n",
+           f"start_time {_rfc3339(document['start_time'])}\n",
+           f"uptime {format_duration(now - document['start_time'])}\n",
+           f"\nHealth: {document['health']}\n"]
+    if "memory" in document:
+        out.append("\nMemory:\n")
+        out += [f"   {key:<25}\t{value}\n" for key, value in document["memory"].items()]
+    topics = document["topics"] or []
+    out.append("\nTopics:" if topics else "\nTopics: None\n")
+    for topic in topics:
+        prefix = "*P " if topic["paused"] else "   "
+        out.append(f"\n{prefix}[{topic['topic_name']:<15}] depth: {topic['depth']:<5} "
+                   f"be-depth: {topic['backend_depth']:<5} msgs: {topic['message_count']:<8} e2e%: \n")
+        for channel in topic["channels"]:
+            prefix = "   *P " if channel["paused"] else "      "
+            out.append(f"{prefix}[{channel['channel_name']:<25}] depth: {channel['depth']:<5} "
+                       f"be-depth: {channel['backend_depth']:<5} inflt: {channel['in_flight_count']:<4} "
+                       f"def: {channel['deferred_count']:<4} re-q: {channel['requeue_count']:<5} "
+                       f"timeout: {channel['timeout_count']:<5} msgs: {channel['message_count']:<8} e2e%: \n")
+            out += [f"        {_client_line(client, now)}\n" for client in channel["clients"] or []]
+    producers = document["producers"] or []
+    if producers:
+        out.append("\nProducers:\n")
+        out += [f"   {_client_line(client, now)}\n" for client in producers]
+    else:
+        out.append("\nProducers: None\n")
+    return "".join(out)

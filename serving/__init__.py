@@ -1,0 +1,1 @@
+"""I/O plumbing shared by the daemons (HTTP serving on trio)."""

@@ -1,0 +1,87 @@
+"""go-diskqueue compatible files: byte layout, roll-over, restart, corruption, emptying."""
+
+import os
+import struct
+
+from nsqd.diskqueue import DiskQueue
+
+MIN, MAX = 26, 1024 * 1024 + 26
+
+
+def payload(i: int, size: int = 40) -> bytes:
+    return (b"%08d" % i).ljust(size, b"x")
+
+
+def make(path, name="t", max_bytes=1024) -> DiskQueue:
+    return DiskQueue(name, str(path), max_bytes, MIN, MAX)
+
+
+def test_records_and_metadata_are_byte_exact(tmp_path):
+    dq = make(tmp_path, "orders")
+    dq.put([payload(1), payload(2)])
+    dq.sync()
+    data = (tmp_path / "orders.diskqueue.000000.dat").read_bytes()
+    assert data == struct.pack(">i", 40) + payload(1) + struct.pack(">i", 40) + payload(2)
+    assert (tmp_path / "orders.diskqueue.meta.dat").read_text() == "2\n0,0\n0,88\n"
+
+
+def test_rolls_files_at_max_bytes_and_deletes_read_files(tmp_path):
+    dq = make(tmp_path, max_bytes=100)  # two 44-byte records per file
+    dq.put([payload(i) for i in range(5)])
+    names = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".dat") and "meta" not in p.name)
+    assert names == ["t.diskqueue.000000.dat", "t.diskqueue.000001.dat", "t.diskqueue.000002.dat"]
+    assert [os.path.getsize(tmp_path / n) for n in names] == [88, 88, 44]
+    assert dq.read(3) == [payload(0), payload(1), payload(2)]
+    assert not (tmp_path / "t.diskqueue.000000.dat").exists()
+    assert dq.depth == 2
+    assert dq.read(10) == [payload(3), payload(4)]
+    assert dq.depth == 0 and not dq.has_data()
+
+
+def test_restart_resumes_where_metadata_says(tmp_path):
+    dq = make(tmp_path, max_bytes=100)
+    dq.put([payload(i) for i in range(5)])
+    assert dq.read(1) == [payload(0)]
+    dq.close()
+    again = make(tmp_path, max_bytes=100)
+    assert again.depth == 4
+    assert again.read(10) == [payload(i) for i in range(1, 5)]
+
+
+def test_unclean_stop_writes_into_a_new_file(tmp_path):
+    dq = make(tmp_path, max_bytes=10_000)
+    dq.put([payload(0)])
+    dq.sync()
+    dq.put([payload(1)])  # written but never synced: metadata says writePos 44, file has 88
+    again = make(tmp_path, max_bytes=10_000)
+    assert (again.write_file_num, again.write_pos) == (1, 0)
+    again.put([payload(2)])
+    assert again.read(10) == [payload(0), payload(1), payload(2)]
+
+
+def test_corrupt_file_is_renamed_bad_and_skipped(tmp_path):
+    dq = make(tmp_path, max_bytes=100)
+    dq.put([payload(i) for i in range(4)])
+    dq.close()
+    with open(tmp_path / "t.diskqueue.000000.dat", "r+b") as handle:
+        handle.write(struct.pack(">i", 5))  # below the minimum message size
+    again = make(tmp_path, max_bytes=100)
+    assert again.read(10) == [payload(2), payload(3)]
+    assert (tmp_path / "t.diskqueue.000000.dat.bad").exists()
+
+
+def test_empty_removes_files_and_continues_in_a_new_file(tmp_path):
+    dq = make(tmp_path, max_bytes=100)
+    dq.put([payload(i) for i in range(3)])
+    dq.empty()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("t.diskqueue.0")]
+    assert dq.depth == 0 and not dq.has_data()
+    dq.put([payload(9)])
+    assert dq.read(5) == [payload(9)]
+
+
+def test_reads_files_written_with_a_different_roll_size(tmp_path):
+    make(tmp_path, max_bytes=100).put([payload(i) for i in range(5)])
+    bigger = make(tmp_path, max_bytes=10_000)
+    bigger.read_file_num, bigger.write_file_num, bigger.write_pos, bigger.depth = 0, 2, 44, 5
+    assert bigger.read(10) == [payload(i) for i in range(5)]
