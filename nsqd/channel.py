@@ -156,6 +156,9 @@ class Channel:
 
     def pause(self) -> None:
         self.paused = True
+        self._forget_ready_clients()
+
+    def _forget_ready_clients(self) -> None:
         for client in self._ready:
             client.in_ready_queue = False
         self._ready.clear()
@@ -177,7 +180,7 @@ class Channel:
     def stop_delivering(self) -> None:
         """nsqd is stopping: messages coming back from clients stay in the channel."""
         self.exiting = True
-        self.pause()
+        self._forget_ready_clients()
 
     def close(self) -> None:
         """Write what is still held (queued, deferred, in flight) to disk and sync (nsqd's exit)."""

@@ -268,7 +268,7 @@ class HTTPAPI:
             topic.unpause()
         else:
             topic.pause()
-        self.nsqd.persist_metadata()
+        self.nsqd.save_metadata()  # before answering, as nsqd does, so a crash keeps the state
         return v1_ok()
 
     def channel_create(self, request: Request) -> Response:
@@ -294,7 +294,7 @@ class HTTPAPI:
             channel.unpause()
         else:
             channel.pause()
-        self.nsqd.persist_metadata()
+        self.nsqd.save_metadata()  # before answering, as nsqd does, so a crash keeps the state
         return v1_ok()
 
     # -- /config/:opt --------------------------------------------------------------------

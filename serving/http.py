@@ -9,7 +9,7 @@ and return a :class:`Response`; keep-alive is the default, as in Go's net/http.
 import logging
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import h11
 import trio
@@ -25,16 +25,11 @@ DISCONNECTED = (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlow
 class Request:
     method: str
     path: str
-    query: dict[str, list[str]]
+    query: str  # raw query string: each API parses it with its own rules
     headers: dict[str, str]
     body: bytes
     remote_address: str
     body_too_big: bool = False  # the body went past the server's limit and was not read
-
-    def arg(self, name: str) -> str | None:
-        """The first value of a query parameter, as Go's req.URL.Query().Get without a default."""
-        values = self.query.get(name)
-        return values[0] if values else None
 
 
 @dataclass
@@ -103,8 +98,7 @@ class HTTPServer:
             return None
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in event.headers}
         target = urlsplit(event.target.decode("latin-1"))
-        request = Request(event.method.decode("ascii"), target.path,
-                          parse_qs(target.query, keep_blank_values=True), headers, b"", remote)
+        request = Request(event.method.decode("ascii"), target.path, target.query, headers, b"", remote)
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_size:
             request.body_too_big = True
