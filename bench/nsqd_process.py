@@ -3,10 +3,17 @@
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+_TEMP_DIRS: list[tempfile.TemporaryDirectory] = []
+
+
+def _temp_dir() -> str:
+    _TEMP_DIRS.append(tempfile.TemporaryDirectory(prefix="nsqd-bench-"))
+    return _TEMP_DIRS[-1].name
 
 
 def _drain(stream) -> None:
@@ -15,8 +22,14 @@ def _drain(stream) -> None:
 
 
 def start_nsqd(*args: str) -> tuple[subprocess.Popen, str]:
-    """The process and its TCP address; its log is read (and dropped) so it never blocks."""
-    proc = subprocess.Popen([sys.executable, "-m", "nsqd", "--tcp-address=127.0.0.1:0", *args],
+    """The process and its TCP address; its log is read (and dropped) so it never blocks.
+
+    Unless ``args`` say otherwise, HTTP listens on a free loopback port and the data
+    directory is a new temporary one, removed when the benchmark process exits."""
+    defaults = {"--http-address": "127.0.0.1:0", "--data-path": _temp_dir()}
+    given = {arg.split("=", 1)[0] for arg in args}
+    flags = [f"{name}={value}" for name, value in defaults.items() if name not in given]
+    proc = subprocess.Popen([sys.executable, "-m", "nsqd", "--tcp-address=127.0.0.1:0", *flags, *args],
                             cwd=ROOT, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         match = re.search(r"TCP: listening on (127\.0\.0\.1:\d+)", line)

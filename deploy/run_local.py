@@ -14,16 +14,17 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 NODES = [
-    ("nsqd", ["--tcp-address=127.0.0.1:4150"]),
+    ("nsqd", ["--tcp-address=127.0.0.1:4150", "--http-address=127.0.0.1:4151", "--data-path=data/nsqd1"]),
 ]
 
 
 def main() -> int:
+    (ROOT / "data" / "nsqd1").mkdir(parents=True, exist_ok=True)
     procs = []
     for name, args in NODES:
         procs.append(subprocess.Popen([str(BIN / name), *args], cwd=ROOT))
         print(f"started {name} {' '.join(args)} (pid {procs[-1].pid})", flush=True)
-    print("nsqd TCP: 127.0.0.1:4150 -- press Ctrl-C to stop", flush=True)
+    print("nsqd TCP: 127.0.0.1:4150, HTTP: http://127.0.0.1:4151 -- press Ctrl-C to stop", flush=True)
     stopping = False
 
     def stop(signum, frame):
