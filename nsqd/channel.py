@@ -191,6 +191,10 @@ class Channel:
         self.queue.close(held)
 
     def delete(self) -> None:
+        """Drop everything, in flight too: consumers still disconnecting must not requeue
+        into (and so recreate) the deleted disk queue."""
         self.exiting = True
         self._deferred.clear()
+        for client in self.clients.values():
+            client.take_in_flight()
         self.queue.delete()

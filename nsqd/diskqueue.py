@@ -10,8 +10,9 @@ Layout in ``data_path`` for a queue NAME:
 
 Reading a record consumes it (go-diskqueue's moveForward); a fully read file is deleted.
 A corrupt record (length out of range, short read) renames its file to ``.bad`` and
-skips to the next file. If the write file is longer than the metadata says (an unclean
-stop), writing resumes in a new file so no half-written record is appended to.
+skips to the next file. If the write file is longer than the metadata says, or there is no
+metadata yet (an unclean stop), its records are read to its end and writing resumes in a
+new file, so no half-written record is appended to.
 
 All file operations here are synchronous and short: one write() per put batch and
 buffered reads. fsync (the slow part) happens in ``sync()``, which the owner may run in
@@ -22,6 +23,7 @@ import logging
 import os
 import random
 import struct
+import threading
 
 log = logging.getLogger("nsqd")
 
@@ -30,12 +32,15 @@ READ_CHUNK = 256 * 1024
 
 
 class SyncJob:
-    """One sync: fsync data files (fds it owns and closes), then write the metadata."""
+    """One sync: fsync data files (fds it owns and closes), then write the metadata,
+    unless the queue's files were removed since the snapshot (Empty, delete): metadata
+    written back then would point a re-created queue at files that are gone."""
 
-    def __init__(self, fds: list[int], meta_path: str, meta_text: str):
+    def __init__(self, queue: "DiskQueue", fds: list[int], meta_text: str):
+        self.queue = queue
         self.fds = fds
-        self.meta_path = meta_path
         self.meta_text = meta_text
+        self.generation = queue.generation
 
     def run(self) -> None:
         try:
@@ -44,7 +49,9 @@ class SyncJob:
         finally:
             for fd in self.fds:
                 os.close(fd)
-        write_atomically(self.meta_path, self.meta_text.encode())
+        with self.queue.meta_lock:
+            if self.queue.generation == self.generation:
+                write_atomically(self.queue.meta_file_name(), self.meta_text.encode())
 
 
 def write_atomically(path: str, data: bytes, fsync: bool = True) -> None:
@@ -79,6 +86,8 @@ class DiskQueue:
         self._read_buf = b""
         self._read_buf_pos = 0
         self._read_end = 0  # where the file being read ends (its size, or write_pos)
+        self.meta_lock = threading.Lock()
+        self.generation = 0  # bumped by empty(), under meta_lock
         self._load_metadata()
 
     # -- naming ------------------------------------------------------------------
@@ -94,9 +103,12 @@ class DiskQueue:
     def _load_metadata(self) -> None:
         try:
             with open(self.meta_file_name()) as handle:
-                text = handle.read()
+                self._parse_metadata(handle.read())
         except FileNotFoundError:
-            return
+            pass  # a new queue, or one killed before its first sync: its data file is checked below
+        self._skip_unclean_write_file()
+
+    def _parse_metadata(self, text: str) -> None:
         try:
             depth, read_part, write_part = text.split("\n")[:3]
             read_num, read_pos = read_part.split(",")
@@ -107,12 +119,18 @@ class DiskQueue:
         except ValueError:
             log.error("DISKQUEUE(%s) failed to read metadata %r, starting empty", self.name, text[:100])
             self.depth = self.read_file_num = self.read_pos = self.write_file_num = self.write_pos = 0
-            return
-        try:
-            size = os.path.getsize(self.file_name(self.write_file_num))
-        except FileNotFoundError:
-            return
-        if self.write_pos < size:
+
+    def _skip_unclean_write_file(self) -> None:
+        """Never write over records the metadata does not know of (an unclean stop): they
+        are read to their file's end, and writing resumes in a new file. The loop covers
+        metadata older than the last roll (a roll's metadata is not fsynced)."""
+        while True:
+            try:
+                size = os.path.getsize(self.file_name(self.write_file_num))
+            except FileNotFoundError:
+                return
+            if self.write_pos >= size:
+                return
             log.warning("DISKQUEUE(%s) %s metadata writePos %d < file size of %d, skipping to new file",
                         self.name, self.file_name(self.write_file_num), self.write_pos, size)
             self.write_file_num += 1
@@ -127,7 +145,7 @@ class DiskQueue:
         fds, self._unsynced_fds = self._unsynced_fds, []
         if self._write_fd is not None:
             fds.append(os.dup(self._write_fd))
-        return SyncJob(fds, self.meta_file_name(), self.metadata_text())
+        return SyncJob(self, fds, self.metadata_text())
 
     def sync(self) -> None:
         self.prepare_sync().run()
@@ -327,11 +345,13 @@ class DiskQueue:
         self.depth = 0
 
     def empty(self) -> None:
-        self._skip_to_next_file()
-        try:
-            os.remove(self.meta_file_name())
-        except FileNotFoundError:
-            pass
+        with self.meta_lock:
+            self.generation += 1
+            self._skip_to_next_file()
+            try:
+                os.remove(self.meta_file_name())
+            except FileNotFoundError:
+                pass
 
     def delete(self) -> None:
         """Remove the queue's files for good (topic or channel deleted)."""

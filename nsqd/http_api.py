@@ -7,6 +7,7 @@ version=1.0``; success is the text as is, or JSON for structured data; an error 
 
 import json
 import logging
+import re
 import time
 from urllib.parse import unquote_plus
 
@@ -25,6 +26,9 @@ V1_HEADER = ("X-NSQ-Content-Type", "nsq; version=1.0")
 JSON_TYPE = ("Content-Type", "application/json; charset=utf-8")
 TEXT_TYPE = ("Content-Type", "text/plain; charset=utf-8")
 BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
+# flags of the nsqd program, not fields of nsqd.Options: /config/:opt does not know them
+APP_ONLY_FLAGS = {"version", "config"}
+GO_INT = re.compile(r"[+-]?[0-9]+")  # strconv.ParseInt(s, 10, 64): no spaces, underscores or non-ASCII digits
 
 
 class HTTPError(Exception):
@@ -89,7 +93,7 @@ class HTTPAPI:
             ("POST", "/channel/pause"): self.channel_pause,
             ("POST", "/channel/unpause"): self.channel_pause,
         }
-        self.paths = {path for _, path in self.routes} | {"/config"}
+        self.paths = {path for _, path in self.routes}
 
     async def __call__(self, request: Request) -> Response:
         handler = self.routes.get((request.method, request.path))
@@ -104,9 +108,10 @@ class HTTPAPI:
             return v1_error(500, "INTERNAL_ERROR")
 
     def _unrouted(self, request: Request) -> Response:
-        if request.path.startswith("/config/") and request.path.count("/") == 2:
+        option = request.path[len("/config/"):] if request.path.startswith("/config/") else ""
+        if option and "/" not in option:
             if request.method in ("GET", "PUT"):
-                return self.config(request, request.path[len("/config/"):])
+                return self.config(request, option)
             return v1_error(405, "METHOD_NOT_ALLOWED")
         if request.path in self.paths:
             return v1_error(405, "METHOD_NOT_ALLOWED")
@@ -153,7 +158,7 @@ class HTTPAPI:
             elif bodies:
                 topic.publish(bodies, time.time_ns())
         except OSError:
-            raise HTTPError(500, "PUB_FAILED") from None
+            raise HTTPError(503, "EXITING") from None  # nsqd's answer to any failed put, disk errors included
         return v1_ok("OK")
 
     def pub(self, request: Request) -> Response:
@@ -166,13 +171,10 @@ class HTTPAPI:
         topic = self._topic_for_publish(query)
         defer = 0.0
         if "defer" in query:
-            try:
-                defer_ms = int(query["defer"][0], 10)
-            except ValueError:
-                raise HTTPError(400, "INVALID_DEFER") from None
-            if not 0 <= defer_ms <= self.nsqd.opts.max_req_timeout * 1000:
+            text = query["defer"][0]
+            if not GO_INT.fullmatch(text) or not 0 <= int(text) <= self.nsqd.opts.max_req_timeout * 1000:
                 raise HTTPError(400, "INVALID_DEFER")
-            defer = defer_ms / 1000
+            defer = int(text) / 1000
         return self._publish(topic, [request.body], defer)
 
     def mpub(self, request: Request) -> Response:
@@ -316,7 +318,7 @@ def option_value(opts, option: str):
     """An option by its config-file name, as nsqd's JSON shows it (durations in ns,
     the log level as lg.LogLevel's number); None if there is no such option."""
     for flag in FLAGS:
-        if flag.key == option:
+        if flag.key == option and flag.key not in APP_ONLY_FLAGS:
             value = getattr(opts, flag.attr)
             if flag.attr == "log_level":
                 return LOG_LEVELS.index(value) + 1
@@ -330,7 +332,7 @@ def set_option(opts, option: str, body: bytes) -> None:
     """PUT /config/:opt: the options nsqd lets you change while it runs."""
     if option != "log_level":
         raise HTTPError(400, "INVALID_OPTION")
-    level = body.decode("utf-8", "replace").strip().lower()
+    level = body.decode("utf-8", "replace").lower()  # no trimming: nsqd refuses "debug\n" too
     if level not in LOG_LEVELS:
         raise HTTPError(400, "INVALID_VALUE")
     opts.log_level = level

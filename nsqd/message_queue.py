@@ -72,7 +72,7 @@ class MessageQueue:
         except OSError as exc:
             self.nsqd.disk_failed(self.name, exc)
             raise
-        self.nsqd.disk_used(self.backend)
+        self.nsqd.disk_written(self.backend)
 
     def take_from_disk(self, count: int) -> list[tuple[bytes, bytes]]:
         """Up to ``count`` messages off the disk queue (they leave it)."""

@@ -1,13 +1,16 @@
 """``nsqd.dat``: which topics and channels exist and which are paused (nsqd/nsqd.go).
 
-Written as NSQ writes it (Go marshals maps with sorted keys; ephemeral topics and
-channels left out): ``{"topics":[{"channels":[{"name":"c","paused":false}],"name":"t",
-"paused":false}],"version":"1.3.0"}``, atomically via a temp file, fsync and rename.
+Written as NSQ v1.3 writes it: Go's json.Marshal of its Metadata structs, so keys in field
+order and an empty list as ``null``; ephemeral topics and channels left out:
+``{"topics":[{"name":"t","paused":false,"channels":[{"name":"c","paused":false}]},
+{"name":"u","paused":true,"channels":null}],"version":"1.3.0"}``, atomically via a temp
+file, fsync and rename.
 """
 
 import json
 import logging
 import os
+import threading
 from typing import NamedTuple
 
 from common import VERSION
@@ -35,12 +38,12 @@ def encode(topics: list[TopicMeta]) -> bytes:
     document = {
         "topics": [
             {"name": topic.name, "paused": topic.paused,
-             "channels": [{"name": ch.name, "paused": ch.paused} for ch in topic.channels]}
+             "channels": [{"name": ch.name, "paused": ch.paused} for ch in topic.channels] or None}
             for topic in topics
-        ],
+        ] or None,
         "version": VERSION,
     }
-    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps(document, separators=(",", ":")).encode()
 
 
 def decode(data: bytes) -> list[TopicMeta]:
@@ -79,3 +82,29 @@ def load(data_path: str) -> list[TopicMeta]:
 
 def save(data_path: str, topics: list[TopicMeta]) -> None:
     write_atomically(os.path.join(data_path, METADATA_FILE), encode(topics))
+
+
+class MetadataWriter:
+    """Writes nsqd.dat from the event loop or a worker thread, newest snapshot winning.
+
+    Snapshots are numbered when taken (on the event loop); a write of an older snapshot
+    that reaches the lock after a newer one was written is skipped, so a pause saved
+    before its HTTP answer is never overwritten by a background write taken earlier.
+    """
+
+    def __init__(self, data_path: str):
+        self.data_path = data_path
+        self._lock = threading.Lock()
+        self._taken = 0
+        self._written = 0
+
+    def number(self) -> int:
+        self._taken += 1
+        return self._taken
+
+    def write(self, number: int, topics: list[TopicMeta]) -> None:
+        with self._lock:
+            if number < self._written:
+                return
+            save(self.data_path, topics)
+            self._written = number

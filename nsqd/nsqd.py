@@ -72,6 +72,7 @@ class NSQD:
         self._sync_due: set[DiskQueue] = set()
         self._sync_wanted = trio.Event()
         self._metadata_dirty = trio.Event()
+        self._metadata_writer = metadata.MetadataWriter(self.data_path)
         self._stopped = trio.Event()
         self._lock = DirLock(self.data_path)
 
@@ -160,7 +161,7 @@ class NSQD:
 
     def save_metadata(self) -> None:
         try:
-            metadata.save(self.data_path, self._metadata_snapshot())
+            self._metadata_writer.write(self._metadata_writer.number(), self._metadata_snapshot())
         except OSError as exc:
             log.error("failed to persist metadata - %s", exc)
 
@@ -172,9 +173,9 @@ class NSQD:
         while True:
             await self._metadata_dirty.wait()
             self._metadata_dirty = trio.Event()
-            snapshot = self._metadata_snapshot()
+            number, snapshot = self._metadata_writer.number(), self._metadata_snapshot()
             try:
-                await trio.to_thread.run_sync(metadata.save, self.data_path, snapshot)
+                await trio.to_thread.run_sync(self._metadata_writer.write, number, snapshot)
             except OSError as exc:
                 log.error("failed to persist metadata - %s", exc)
 
@@ -244,9 +245,14 @@ class NSQD:
         self._diskqueues.discard(queue)
         self._sync_due.discard(queue)
 
-    def disk_used(self, queue: DiskQueue) -> None:
-        """A disk queue read or wrote: health is good; sync after --sync-every operations."""
+    def disk_written(self, queue: DiskQueue) -> None:
+        """A disk queue took a write: health is good again. Only writes say so, as in nsqd:
+        a disk that is full can still be read."""
         self._health_error = None
+        self.disk_used(queue)
+
+    def disk_used(self, queue: DiskQueue) -> None:
+        """A disk queue read or wrote: sync after --sync-every operations."""
         if queue.writes_since_sync >= self.opts.sync_every:
             self._sync_due.add(queue)
             self._sync_wanted.set()

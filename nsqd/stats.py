@@ -66,7 +66,7 @@ def e2e_latency() -> dict:
     return {"count": 0, "percentiles": None}
 
 
-def client_stats(client, topic_filter: str = "") -> dict:
+def client_stats(client, topic_filter: str) -> dict:
     stats = {
         "client_id": client.client_id,
         "hostname": client.hostname,
@@ -98,8 +98,8 @@ def client_stats(client, topic_filter: str = "") -> dict:
     return stats
 
 
-def channel_stats(channel, include_clients: bool) -> dict:
-    clients = [client_stats(client) for client in channel.clients.values()] if include_clients else None
+def channel_stats(channel, include_clients: bool, topic_filter: str) -> dict:
+    clients = [client_stats(client, topic_filter) for client in channel.clients.values()] if include_clients else None
     return {
         "channel_name": channel.name,
         "depth": channel.depth,
@@ -116,7 +116,7 @@ def channel_stats(channel, include_clients: bool) -> dict:
     }
 
 
-def topic_stats(topic, channel_filter: str, include_clients: bool) -> dict | None:
+def topic_stats(topic, channel_filter: str, include_clients: bool, topic_filter: str) -> dict | None:
     names = sorted(topic.channels)
     if channel_filter:
         if channel_filter not in topic.channels:
@@ -124,7 +124,7 @@ def topic_stats(topic, channel_filter: str, include_clients: bool) -> dict | Non
         names = [channel_filter]
     return {
         "topic_name": topic.name,
-        "channels": [channel_stats(topic.channels[name], include_clients) for name in names],
+        "channels": [channel_stats(topic.channels[name], include_clients, topic_filter) for name in names],
         "depth": topic.depth,
         "backend_depth": topic.backend_depth,
         "message_count": topic.message_count,
@@ -136,20 +136,19 @@ def topic_stats(topic, channel_filter: str, include_clients: bool) -> dict | Non
 
 def stats_document(nsqd, topic_filter: str, channel_filter: str, include_clients: bool,
                    include_mem: bool) -> dict:
-    """The /stats?format=json answer, keys in NSQ's order."""
-    if topic_filter and topic_filter not in nsqd.topics:
-        topics = None
-    else:
+    """The /stats?format=json answer, keys in NSQ's order. A topic filter that matches no
+    topic leaves topics and producers null; otherwise every client that has published is a
+    producer, its pub_counts narrowed to the filtered topic (nsqd's GetStats)."""
+    topics = producers = None
+    if not topic_filter or topic_filter in nsqd.topics:
         names = [topic_filter] if topic_filter else sorted(nsqd.topics)
-        topics = [stats for stats in (topic_stats(nsqd.topics[name], channel_filter, include_clients)
+        topics = [stats for stats in (topic_stats(nsqd.topics[name], channel_filter, include_clients, topic_filter)
                                       for name in names) if stats is not None]
+        if include_clients:
+            producers = [client_stats(conn.client, topic_filter) for conn in nsqd.connections if conn.client.pub_counts]
     document = {"version": VERSION, "health": nsqd.health, "start_time": nsqd.start_time, "topics": topics}
     if include_mem:
         document["memory"] = memory_stats(nsqd.gc_pauses)
-    producers = None
-    if include_clients:
-        producers = [client_stats(conn.client, topic_filter) for conn in nsqd.connections
-                     if conn.client.pub_counts and (not topic_filter or topic_filter in conn.client.pub_counts)]
     document["producers"] = producers or None
     return document
 

@@ -1,1 +1,1 @@
-"""nsqlookupd: not implemented yet (see the issue tracker)."""
+"""nsqlookupd: the discovery daemon (NSQ v1.3's nsqlookupd)."""

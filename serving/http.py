@@ -8,6 +8,7 @@ and return a :class:`Response`; keep-alive is the default, as in Go's net/http.
 
 import logging
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Awaitable, Callable
 from urllib.parse import urlsplit
 
@@ -74,7 +75,7 @@ class HTTPServer:
                 return
             response = await self.handler(request)
             keep_alive = not request.body_too_big and conn.our_state is h11.SEND_RESPONSE
-            await self._send_response(stream, conn, response, keep_alive)
+            await self._send_response(stream, conn, response, keep_alive, request.method == "HEAD")
             if not keep_alive or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return
             conn.start_next_cycle()
@@ -103,6 +104,10 @@ class HTTPServer:
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_size:
             request.body_too_big = True
             return request
+        if conn.they_are_waiting_for_100_continue:
+            # as Go's server does once a handler reads the body; curl waits 1 s for it otherwise
+            await stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[],
+                                                                      reason=b"Continue")))
         chunks, size = [], 0
         while True:
             event = await self._next_event(stream, conn)
@@ -118,12 +123,12 @@ class HTTPServer:
             else:
                 return None
 
-    async def _send_response(self, stream, conn, response: Response, keep_alive: bool) -> None:
+    async def _send_response(self, stream, conn, response: Response, keep_alive: bool, head: bool) -> None:
         headers = [*response.headers, ("Content-Length", str(len(response.body)))]
         if not keep_alive:
             headers.append(("Connection", "close"))
-        data = conn.send(h11.Response(status_code=response.status, headers=headers))
-        data += conn.send(h11.Data(data=response.body)) if response.body else b""
+        data = conn.send(h11.Response(status_code=response.status, headers=headers, reason=_reason(response.status)))
+        data += conn.send(h11.Data(data=response.body)) if response.body and not head else b""
         data += conn.send(h11.EndOfMessage())
         await stream.send_all(data)
 
@@ -131,10 +136,20 @@ class HTTPServer:
         if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return
         body = f"400 Bad Request: {exc}".encode()
-        data = conn.send(h11.Response(status_code=400, headers=[
+        data = conn.send(h11.Response(status_code=400, reason=b"Bad Request", headers=[
             ("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body))),
             ("Connection", "close")]))
         await stream.send_all(data + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
+
+
+def _reason(status: int) -> bytes:
+    """The status line's reason phrase in Go's words (Python 3.13 calls 413 "Content Too Large")."""
+    if status == 413:
+        return b"Request Entity Too Large"
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
 
 
 def _peer(stream) -> str:

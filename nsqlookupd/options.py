@@ -1,0 +1,76 @@
+"""nsqlookupd's flags, with NSQ v1.3's names and defaults (apps/nsqlookupd/options.go, nsqlookupd/options.go)."""
+
+import socket
+import tomllib
+from types import SimpleNamespace
+
+from common.goflags import Flag, FlagError, parse_args, resolve
+from serving.listeners import parse_address
+
+LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
+
+FLAGS = [
+    Flag("version", "bool", False, "print version string"),
+    Flag("config", "str", "", "path to config file"),
+    Flag("log-level", "str", "info", "set log verbosity: debug, info, warn, error, or fatal"),
+    Flag("log-prefix", "str", "[nsqlookupd] ", "log message prefix"),
+    Flag("verbose", "bool", False, "[deprecated] has no effect, use --log-level"),
+    Flag("tcp-address", "str", "0.0.0.0:4160", "<addr>:<port> to listen on for TCP clients"),
+    Flag("http-address", "str", "0.0.0.0:4161", "<addr>:<port> to listen on for HTTP clients"),
+    Flag("broadcast-address", "str", socket.gethostname(), "address of this lookupd node, (default to the OS hostname)"),
+    Flag("inactive-producer-timeout", "duration", 300.0,
+         "duration of time a producer will remain in the active list since its last ping"),
+    Flag("tombstone-lifetime", "duration", 45.0,
+         "duration of time a producer will remain tombstoned if registration remains"),
+]
+
+
+def _validate(opts: SimpleNamespace) -> None:
+    level = opts.log_level.lower() if isinstance(opts.log_level, str) else opts.log_level
+    if level not in LOG_LEVELS:
+        raise FlagError(f"invalid log level {opts.log_level!r}: use one of {', '.join(LOG_LEVELS)}")
+    opts.log_level = level
+    parse_address(opts.tcp_address, "--tcp-address")
+    parse_address(opts.http_address, "--http-address")
+
+
+def _read_config(path: str) -> dict:
+    if not path:
+        return {}
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise FlagError(f"failed to load config file {path}: {exc.strerror}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise FlagError(f"failed to load config file {path}: {exc}") from exc
+
+
+def _resolved(given: dict, config: dict) -> SimpleNamespace:
+    resolved = resolve(FLAGS, given, config)
+    return SimpleNamespace(**resolved.values, unknown_config_keys=resolved.unknown_config_keys)
+
+
+def load_options(argv: list[str]) -> SimpleNamespace:
+    """Resolve flags, config file and defaults into validated options, or raise FlagError.
+
+    With ``--version`` the config file is neither read nor checked: nsqlookupd prints
+    its version as soon as the flags parse.
+    """
+    given = parse_args(FLAGS, argv)
+    if given.get("version"):
+        return _resolved(given, {})
+    opts = _resolved(given, _read_config(given.get("config", "")))
+    _validate(opts)
+    return opts
+
+
+def default_options(**overrides) -> SimpleNamespace:
+    """Defaults with overrides applied, for embedding nsqlookupd in tests and benchmarks."""
+    opts = _resolved({}, {})
+    for name, value in overrides.items():
+        if not hasattr(opts, name):
+            raise FlagError(f"unknown option {name}")
+        setattr(opts, name, value)
+    _validate(opts)
+    return opts

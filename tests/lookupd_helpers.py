@@ -1,0 +1,177 @@
+"""Fixtures and clients for nsqlookupd tests: an in-process daemon with a settable clock,
+a V1 peer on a real socket built on common/protocol_v1, and a real nsqlookupd process."""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from common.protocol_v1 import MAGIC_V1, Identify, Ping, Register, ResponseReader, Unregister
+from nsqlookupd.nsqlookupd import NSQLookupd
+from nsqlookupd.options import default_options
+
+ROOT = Path(__file__).resolve().parent.parent
+SECOND = 10**9
+
+
+class Clock:
+    """Unix nanoseconds that move only when told to."""
+
+    def __init__(self, now: int = 1_700_000_000 * SECOND):
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += round(seconds * SECOND)
+
+
+def peer_info(n: int = 1, **overrides) -> dict:
+    """An IDENTIFY body like nsqd's."""
+    return {"broadcast_address": f"nsqd{n}", "hostname": f"host{n}", "http_port": 4151 + 10 * n,
+            "tcp_port": 4150 + 10 * n, "version": "1.3.0", **overrides}
+
+
+class Peer:
+    """An nsqd as nsqlookupd sees it: a V1 connection on a real socket."""
+
+    def __init__(self, stream: trio.SocketStream):
+        self.stream = stream
+        self.reader = ResponseReader()
+        sockname = stream.socket.getsockname()
+        self.address = f"{sockname[0]}:{sockname[1]}"  # nsqlookupd's id for this peer
+
+    @classmethod
+    async def connect(cls, port: int, magic: bool = True) -> "Peer":
+        peer = cls(await trio.open_tcp_stream("127.0.0.1", port))
+        if magic:
+            await peer.send(MAGIC_V1)
+        return peer
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def read(self, timeout: float = 5.0) -> bytes:
+        with trio.fail_after(timeout):
+            while (reply := self.reader.next_response()) is None:
+                data = await self.stream.receive_some(65536)
+                if not data:
+                    raise EOFError("connection closed by nsqlookupd")
+                self.reader.receive_data(data)
+            return reply
+
+    async def command(self, command) -> bytes:
+        await self.send(command.to_bytes())
+        return await self.read()
+
+    async def identify(self, n: int = 1, **overrides) -> dict:
+        return json.loads(await self.command(Identify(peer_info(n, **overrides))))
+
+    async def register(self, topic: str, channel: str = "") -> None:
+        assert await self.command(Register(topic, channel)) == b"OK"
+
+    async def unregister(self, topic: str, channel: str = "") -> None:
+        assert await self.command(Unregister(topic, channel)) == b"OK"
+
+    async def ping(self) -> None:
+        assert await self.command(Ping()) == b"OK"
+
+    async def assert_closed(self, timeout: float = 5.0) -> None:
+        """nsqlookupd closed the connection, after any replies still in flight."""
+        with trio.fail_after(timeout):
+            while True:
+                try:
+                    data = await self.stream.receive_some(65536)
+                except trio.BrokenResourceError:
+                    return
+                if not data:
+                    return
+                self.reader.receive_data(data)
+
+    async def close(self) -> None:
+        await self.stream.aclose()
+
+
+async def wait_until(predicate, timeout: float = 3.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def start_lookupd(nursery, clock):
+    """Start an in-process nsqlookupd on ephemeral loopback ports, with the ``clock`` fixture."""
+
+    async def start(**overrides) -> NSQLookupd:
+        overrides.setdefault("tcp_address", "127.0.0.1:0")
+        overrides.setdefault("http_address", "127.0.0.1:0")
+        lookupd = NSQLookupd(default_options(**overrides), clock=clock)
+        await nursery.start(lookupd.run)
+        return lookupd
+
+    return start
+
+
+@pytest.fixture
+async def lookupd(start_lookupd) -> NSQLookupd:
+    return await start_lookupd(broadcast_address="lookupd.test")
+
+
+@pytest.fixture
+async def http(lookupd):
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{lookupd.http_port}") as client:
+        yield client
+
+
+class LookupdProcess:
+    """A real ``python -m nsqlookupd`` on ephemeral loopback ports."""
+
+    def __init__(self, *args: str):
+        self.args = ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *args]
+        self.proc = subprocess.Popen([sys.executable, "-m", "nsqlookupd", *self.args], cwd=ROOT,
+                                     stderr=subprocess.PIPE, text=True)
+        self.log_lines: list[str] = []
+        self.tcp_port, self.http_port = self._wait_for_ports()
+        self._log_reader = threading.Thread(target=self._keep_log, daemon=True)
+        self._log_reader.start()
+
+    def _keep_log(self) -> None:
+        for line in self.proc.stderr:
+            self.log_lines.append(line)
+
+    def _wait_for_ports(self) -> tuple[int, int]:
+        ports = {}
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and len(ports) < 2:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.log_lines.append(line)
+            match = re.search(r"(TCP|HTTP): listening on 127\.0\.0\.1:(\d+)", line)
+            if match:
+                ports[match.group(1)] = int(match.group(2))
+        if len(ports) < 2:
+            self.proc.kill()
+            raise RuntimeError("nsqlookupd did not start:\n" + "".join(self.log_lines))
+        return ports["TCP"], ports["HTTP"]
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+        code = self.proc.wait(timeout=15)
+        self._log_reader.join(timeout=5)
+        return code
