@@ -1,25 +1,29 @@
-"""A small HTTP/1.1 server on trio and h11 for the daemons' APIs.
+"""A small HTTP/1.1 server on trio for the daemons' APIs, parsing with httptools (llhttp).
 
-Measured on this machine, hypercorn's trio worker serves ~1,200 requests/s and a thin
-trio + h11 loop ~5,000 (shared/reference/stack.md); nsqd's ``POST /pub`` needs the
-latter. Handlers get a whole :class:`Request` (body read, bounded by ``max_body_size``)
-and return a :class:`Response`; keep-alive is the default, as in Go's net/http.
+Measured on this machine, hypercorn's trio worker serves ~1,200 requests/s and a trio
+loop over h11 ~5,000 (shared/reference/stack.md); nsqd's ``POST /pub`` needs more, so
+requests are parsed by httptools' C parser and answers are written directly. Handlers
+get a whole :class:`Request` (body read, bounded by ``max_body_size``) and return a
+:class:`Response`; keep-alive and pipelining work as in Go's net/http.
 """
 
 import logging
+import time
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from http import HTTPStatus
 from typing import Awaitable, Callable
 from urllib.parse import urlsplit
 
-import h11
+import httptools
 import trio
 
 log = logging.getLogger("http")
 
 RECEIVE_SIZE = 64 * 1024
 IDLE_TIMEOUT = 120.0
-DISCONNECTED = (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError)
+DISCONNECTED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 @dataclass
@@ -31,6 +35,7 @@ class Request:
     body: bytes
     remote_address: str
     body_too_big: bool = False  # the body went past the server's limit and was not read
+    keep_alive: bool = True
 
 
 @dataclass
@@ -41,6 +46,58 @@ class Response:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+
+class _RequestReader:
+    """httptools callbacks: collect each request as it is parsed."""
+
+    def __init__(self, max_body_size: int, remote: str):
+        self.max_body_size = max_body_size
+        self.remote = remote
+        self.parser = httptools.HttpRequestParser(self)
+        self.complete: list[Request] = []
+        self.current: Request | None = None
+        self.expects_continue = False
+        self._url = b""
+        self._chunks: list[bytes] = []
+        self._size = 0
+
+    def on_message_begin(self) -> None:
+        self._url, self._chunks, self._size = b"", [], 0
+        self.current = Request("", "", "", {}, b"", self.remote)
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.current.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        request = self.current
+        if self.parser.get_http_version() not in ("1.0", "1.1"):
+            raise httptools.HttpParserError(f"unsupported HTTP version {self.parser.get_http_version()}")
+        target = urlsplit(self._url.decode("latin-1"))
+        request.method = self.parser.get_method().decode("ascii", "replace")
+        request.path, request.query = target.path, target.query
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body_size:
+            request.body_too_big = True
+        self.expects_continue = request.headers.get("expect", "").lower() == "100-continue"
+
+    def on_body(self, body: bytes) -> None:
+        self._size += len(body)
+        if self._size > self.max_body_size:
+            self.current.body_too_big = True
+        elif not self.current.body_too_big:
+            self._chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        request = self.current
+        request.body = b"".join(self._chunks) if not request.body_too_big else b""
+        request.keep_alive = self.parser.should_keep_alive()
+        self.complete.append(request)
+        self.current = None
+        self.expects_continue = False
 
 
 class HTTPServer:
@@ -55,11 +112,9 @@ class HTTPServer:
     async def _serve_connection(self, stream) -> None:
         remote = _peer(stream)
         try:
-            await self._handle_requests(stream, remote)
+            await self._handle_requests(stream, _RequestReader(self.max_body_size, remote))
         except DISCONNECTED:
             pass
-        except h11.ProtocolError as exc:
-            log.debug("%s: bad request from %s: %s", self.name, remote, exc)
         except Exception:
             log.exception("%s: unexpected error serving %s", self.name, remote)
         finally:
@@ -67,79 +122,72 @@ class HTTPServer:
                 scope.shield = True
                 await stream.aclose()
 
-    async def _handle_requests(self, stream, remote: str) -> None:
-        conn = h11.Connection(h11.SERVER)
-        while True:
-            request = await self._read_request(stream, conn, remote)
-            if request is None:
-                return
-            response = await self.handler(request)
-            keep_alive = not request.body_too_big and conn.our_state is h11.SEND_RESPONSE
-            await self._send_response(stream, conn, response, keep_alive, request.method == "HEAD")
-            if not keep_alive or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                return
-            conn.start_next_cycle()
-
-    async def _next_event(self, stream, conn):
-        while True:
-            event = conn.next_event()
-            if event is not h11.NEED_DATA:
-                return event
-            with trio.fail_after(IDLE_TIMEOUT):
+    async def _handle_requests(self, stream, reader: _RequestReader) -> None:
+        continue_sent = False
+        with trio.CancelScope() as idle:
+            while True:
+                idle.deadline = trio.current_time() + IDLE_TIMEOUT
                 data = await stream.receive_some(RECEIVE_SIZE)
-            conn.receive_data(data)
+                if not data:
+                    return
+                try:
+                    reader.parser.feed_data(data)
+                except httptools.HttpParserError as exc:
+                    await stream.send_all(_bad_request(str(exc)))
+                    return
+                for request in _take(reader.complete):
+                    if not await self._answer(stream, request):
+                        return
+                    continue_sent = False
+                pending = reader.current
+                if pending is not None and pending.body_too_big:
+                    pending.keep_alive = False  # answer now; the rest of the body is not read
+                    await self._answer(stream, pending)
+                    return
+                if reader.expects_continue and not continue_sent:
+                    # as Go's server does once a handler reads the body; curl waits 1 s otherwise
+                    await stream.send_all(CONTINUE)
+                    continue_sent = True
 
-    async def _read_request(self, stream, conn, remote: str) -> Request | None:
-        try:
-            event = await self._next_event(stream, conn)
-        except h11.RemoteProtocolError as exc:
-            await self._send_bad_request(stream, conn, exc)
-            return None
-        if not isinstance(event, h11.Request):
-            return None
-        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in event.headers}
-        target = urlsplit(event.target.decode("latin-1"))
-        request = Request(event.method.decode("ascii"), target.path, target.query, headers, b"", remote)
-        declared = headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_size:
-            request.body_too_big = True
-            return request
-        if conn.they_are_waiting_for_100_continue:
-            # as Go's server does once a handler reads the body; curl waits 1 s for it otherwise
-            await stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[],
-                                                                      reason=b"Continue")))
-        chunks, size = [], 0
-        while True:
-            event = await self._next_event(stream, conn)
-            if isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > self.max_body_size:
-                    request.body_too_big = True
-                    return request
-                chunks.append(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                request.body = b"".join(chunks)
-                return request
-            else:
-                return None
+    async def _answer(self, stream, request: Request) -> bool:
+        """Run the handler and send its response; whether the connection stays open."""
+        response = await self.handler(request)
+        keep_alive = request.keep_alive and not request.body_too_big
+        await stream.send_all(_encode(response, keep_alive, request.method == "HEAD"))
+        return keep_alive
 
-    async def _send_response(self, stream, conn, response: Response, keep_alive: bool, head: bool) -> None:
-        headers = [*response.headers, ("Content-Length", str(len(response.body)))]
-        if not keep_alive:
-            headers.append(("Connection", "close"))
-        data = conn.send(h11.Response(status_code=response.status, headers=headers, reason=_reason(response.status)))
-        data += conn.send(h11.Data(data=response.body)) if response.body and not head else b""
-        data += conn.send(h11.EndOfMessage())
-        await stream.send_all(data)
 
-    async def _send_bad_request(self, stream, conn, exc) -> None:
-        if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-            return
-        body = f"400 Bad Request: {exc}".encode()
-        data = conn.send(h11.Response(status_code=400, reason=b"Bad Request", headers=[
-            ("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body))),
-            ("Connection", "close")]))
-        await stream.send_all(data + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
+def _take(requests: list[Request]) -> list[Request]:
+    taken = requests[:]
+    requests.clear()
+    return taken
+
+
+_date_cache = [0, b""]
+
+
+def _date() -> bytes:
+    """The Date header's value, formatted once a second."""
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache[:] = [now, formatdate(now, usegmt=True).encode()]
+    return _date_cache[1]
+
+
+def _encode(response: Response, keep_alive: bool, head: bool) -> bytes:
+    lines = [b"HTTP/1.1 %d %s" % (response.status, _reason(response.status))]
+    lines += [f"{name}: {value}".encode("latin-1") for name, value in response.headers]
+    lines.append(b"Date: " + _date())
+    lines.append(b"Content-Length: %d" % len(response.body))
+    if not keep_alive:
+        lines.append(b"Connection: close")
+    head_bytes = b"\r\n".join(lines) + b"\r\n\r\n"
+    return head_bytes if head else head_bytes + response.body
+
+
+def _bad_request(reason: str) -> bytes:
+    body = f"400 Bad Request: {reason}".encode()
+    return _encode(Response(400, body, [("Content-Type", "text/plain; charset=utf-8")]), False, False)
 
 
 def _reason(status: int) -> bytes:
