@@ -2,9 +2,9 @@
 
     python bench/bench_memory.py --messages=1000000
 
-Starts its own nsqd on a free loopback port, subscribes one consumer with RDY 0 (so the
-channel exists and nothing is delivered), publishes N messages with MPUB, then reads
-nsqd's VmRSS from /proc.
+Starts its own nsqd on a free loopback port with --mem-queue-size above N (so every
+message stays in memory), subscribes one consumer with RDY 0 (so the channel exists and
+nothing is delivered), publishes N messages with MPUB, then reads nsqd's VmRSS from /proc.
 """
 
 import argparse
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=1000)
     args = parser.parse_args()
-    proc, address = start_nsqd()
+    proc, address = start_nsqd(f"--mem-queue-size={args.messages}")
     try:
         consumer = BenchConnection(address)
         consumer.sock.sendall(Sub("mem_bench", "ch").to_bytes())

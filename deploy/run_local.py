@@ -1,6 +1,8 @@
-"""Run a local cluster in the foreground; Ctrl-C stops every process cleanly.
+"""Run a local cluster in the foreground: one nsqlookupd and two nsqd registered with it.
 
-Until nsqlookupd lands this starts one nsqd; its data directory is ./data/nsqd1.
+Data directories are ./data/nsqd1 and ./data/nsqd2; everything listens on 127.0.0.1.
+Ctrl-C (or SIGTERM) stops every process gracefully, nsqd first so that their last
+UNREGISTERs still reach nsqlookupd; the exit status is 0 when all of them exit 0.
 """
 
 import os
@@ -13,18 +15,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
-NODES = [
-    ("nsqd", ["--tcp-address=127.0.0.1:4150", "--http-address=127.0.0.1:4151", "--data-path=data/nsqd1"]),
+LOOKUPD = ("nsqlookupd", ["--tcp-address=127.0.0.1:4160", "--http-address=127.0.0.1:4161",
+                          "--broadcast-address=127.0.0.1"])
+NSQDS = [
+    ("nsqd", [f"--tcp-address=127.0.0.1:{4150 + 100 * n}", f"--http-address=127.0.0.1:{4151 + 100 * n}",
+              f"--data-path=data/nsqd{n + 1}", "--broadcast-address=127.0.0.1",
+              "--lookupd-tcp-address=127.0.0.1:4160"])
+    for n in range(2)
 ]
 
 
+def start(name: str, args: list[str]) -> subprocess.Popen:
+    proc = subprocess.Popen([str(BIN / name), *args], cwd=ROOT)
+    print(f"started {name} {' '.join(args)} (pid {proc.pid})", flush=True)
+    return proc
+
+
 def main() -> int:
-    (ROOT / "data" / "nsqd1").mkdir(parents=True, exist_ok=True)
-    procs = []
-    for name, args in NODES:
-        procs.append(subprocess.Popen([str(BIN / name), *args], cwd=ROOT))
-        print(f"started {name} {' '.join(args)} (pid {procs[-1].pid})", flush=True)
-    print("nsqd TCP: 127.0.0.1:4150, HTTP: http://127.0.0.1:4151 -- press Ctrl-C to stop", flush=True)
+    for n in range(len(NSQDS)):
+        (ROOT / "data" / f"nsqd{n + 1}").mkdir(parents=True, exist_ok=True)
+    lookupd = start(*LOOKUPD)
+    time.sleep(0.5)
+    nsqds = [start(name, args) for name, args in NSQDS]
+    print("\nnsqlookupd: TCP 127.0.0.1:4160, HTTP http://127.0.0.1:4161\n"
+          "nsqd 1:     TCP 127.0.0.1:4150, HTTP http://127.0.0.1:4151, data ./data/nsqd1\n"
+          "nsqd 2:     TCP 127.0.0.1:4250, HTTP http://127.0.0.1:4251, data ./data/nsqd2\n"
+          "press Ctrl-C to stop\n", flush=True)
     stopping = False
 
     def stop(signum, frame):
@@ -33,12 +49,14 @@ def main() -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    while not stopping and all(proc.poll() is None for proc in procs):
+    everything = [*nsqds, lookupd]
+    while not stopping and all(proc.poll() is None for proc in everything):
         time.sleep(0.2)
-    for proc in procs:
+    codes = []
+    for proc in everything:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-    codes = [proc.wait(timeout=30) for proc in procs]
+        codes.append(proc.wait(timeout=60))
     print(f"stopped (exit codes {codes})", flush=True)
     return 0 if stopping and all(code == 0 for code in codes) else 1
 

@@ -9,68 +9,22 @@ import json
 import logging
 import re
 import time
-from urllib.parse import unquote_plus
 
 from common import VERSION, lg
 from common.errors import ClientError
+from common.goflags import FlagError
 from common.names import is_valid_name
 from common.protocol_v2 import parse_mpub_body
 from serving.http import Request, Response
+from serving.v1 import BOOL_PARAMS, TEXT_TYPE, HTTPError, parse_query, v1_error, v1_ok
 
 from . import stats
-from .options import FLAGS, LOG_LEVELS
+from .options import FLAGS, LOG_LEVELS, validate_lookupd_address
 
 log = logging.getLogger("nsqd")
 
-V1_HEADER = ("X-NSQ-Content-Type", "nsq; version=1.0")
-JSON_TYPE = ("Content-Type", "application/json; charset=utf-8")
-TEXT_TYPE = ("Content-Type", "text/plain; charset=utf-8")
-BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
-# flags of the nsqd program, not fields of nsqd.Options: /config/:opt does not know them
 APP_ONLY_FLAGS = {"version", "config"}
 GO_INT = re.compile(r"[+-]?[0-9]+")  # strconv.ParseInt(s, 10, 64): no spaces, underscores or non-ASCII digits
-
-
-class HTTPError(Exception):
-    def __init__(self, status: int, text: str):
-        super().__init__(status, text)
-        self.status = status
-        self.text = text
-
-
-def parse_query(raw: str) -> dict[str, list[str]]:
-    """Go's url.ParseQuery: ``;`` and bad %-escapes are errors (-> 400 INVALID_REQUEST)."""
-    values: dict[str, list[str]] = {}
-    for part in raw.split("&"):
-        if not part:
-            continue
-        if ";" in part:
-            raise HTTPError(400, "INVALID_REQUEST")
-        key, _, value = part.partition("=")
-        values.setdefault(_unescape(key), []).append(_unescape(value))
-    return values
-
-
-def _unescape(text: str) -> str:
-    pos = text.find("%")
-    while pos >= 0:
-        if len(text) < pos + 3 or not all(c in "0123456789abcdefABCDEF" for c in text[pos + 1:pos + 3]):
-            raise HTTPError(400, "INVALID_REQUEST")
-        pos = text.find("%", pos + 3)
-    return unquote_plus(text, errors="surrogateescape")
-
-
-def v1_ok(data=None) -> Response:
-    if data is None:
-        return Response(200, b"", [V1_HEADER])
-    if isinstance(data, (bytes, str)):
-        body = data.encode() if isinstance(data, str) else data
-        return Response(200, body, [V1_HEADER, TEXT_TYPE])
-    return Response(200, json.dumps(data, separators=(",", ":")).encode(), [V1_HEADER, JSON_TYPE])
-
-
-def v1_error(status: int, text: str) -> Response:
-    return Response(status, json.dumps({"message": text}, separators=(",", ":")).encode(), [V1_HEADER, JSON_TYPE])
 
 
 class HTTPAPI:
@@ -307,7 +261,7 @@ class HTTPAPI:
             body = request.body
             if request.body_too_big or not body or len(body) > opts.max_msg_size:
                 raise HTTPError(413, "INVALID_VALUE")
-            set_option(opts, option, body)
+            set_option(self.nsqd, option, body)
         value = option_value(opts, option)
         if value is None:
             raise HTTPError(400, "INVALID_OPTION")
@@ -328,12 +282,29 @@ def option_value(opts, option: str):
     return None
 
 
-def set_option(opts, option: str, body: bytes) -> None:
+def set_option(nsqd, option: str, body: bytes) -> None:
     """PUT /config/:opt: the options nsqd lets you change while it runs."""
-    if option != "log_level":
+    if option == "nsqlookupd_tcp_addresses":
+        set_lookupd_addresses(nsqd, body)
+    elif option == "log_level":
+        level = body.decode("utf-8", "replace").lower()  # no trimming: nsqd refuses "debug\n" too
+        if level not in LOG_LEVELS:
+            raise HTTPError(400, "INVALID_VALUE")
+        nsqd.opts.log_level = level
+        logging.getLogger("nsqd").setLevel(lg.LEVELS[level])
+    else:
         raise HTTPError(400, "INVALID_OPTION")
-    level = body.decode("utf-8", "replace").lower()  # no trimming: nsqd refuses "debug\n" too
-    if level not in LOG_LEVELS:
-        raise HTTPError(400, "INVALID_VALUE")
-    opts.log_level = level
-    logging.getLogger("nsqd").setLevel(lg.LEVELS[level])
+
+
+def set_lookupd_addresses(nsqd, body: bytes) -> None:
+    """A JSON array of ``host:port``; the lookupd peers are reconciled with it at once."""
+    try:
+        addresses = json.loads(body)
+        if not isinstance(addresses, list) or not all(isinstance(item, str) for item in addresses):
+            raise ValueError("not a list of strings")
+        for address in addresses:
+            validate_lookupd_address(address)
+    except (ValueError, FlagError):
+        raise HTTPError(400, "INVALID_VALUE") from None
+    nsqd.opts.lookupd_tcp_address = addresses
+    nsqd.lookup.set_addresses(addresses)

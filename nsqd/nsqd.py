@@ -15,15 +15,18 @@ import time
 
 import trio
 
+from common import VERSION
 from common.message import MIN_MESSAGE_LENGTH
+from common.protocol_v1 import Register, Unregister
 from serving.http import HTTPServer
+from serving.listeners import bound_port, format_address, open_listeners, remote_address
 
 from . import metadata
 from .diskqueue import DiskQueue
 from .dirlock import DirLock
 from .guid import GuidFactory
 from .http_api import HTTPAPI
-from .options import parse_address
+from .lookup import Lookup
 from .stats import GCPauses
 from .tcp import Connection
 from .topic import Topic
@@ -31,24 +34,6 @@ from .topic import Topic
 log = logging.getLogger("nsqd")
 
 SYNC_THREADS = 2
-
-
-async def open_listeners(address: str, what: str) -> list[trio.SocketListener]:
-    """TCP listeners for ``host:port``, or one unix-socket listener for a path."""
-    parsed = parse_address(address, what)
-    if isinstance(parsed, str):
-        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        await sock.bind(parsed)
-        sock.listen(socket.SOMAXCONN)
-        return [trio.SocketListener(sock)]
-    host, port = parsed
-    return await trio.open_tcp_listeners(port, host=host or None)
-
-
-def bound_port(listeners: list[trio.SocketListener]) -> int:
-    """The port actually listened on (-1 for a unix socket, as nsqd reports it)."""
-    name = listeners[0].socket.getsockname()
-    return name[1] if isinstance(name, tuple) else -1
 
 
 class NSQD:
@@ -75,6 +60,7 @@ class NSQD:
         self._metadata_writer = metadata.MetadataWriter(self.data_path)
         self._stopped = trio.Event()
         self._lock = DirLock(self.data_path)
+        self.lookup = Lookup(self)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -87,6 +73,7 @@ class NSQD:
                 self._load_metadata()
                 self.save_metadata()
                 await self._start_listeners(nursery)
+                self.lookup.set_addresses(self.opts.lookupd_tcp_address)
                 nursery.start_soon(self._sync_loop)
                 nursery.start_soon(self._metadata_loop)
                 task_status.started(self)
@@ -104,12 +91,12 @@ class NSQD:
     async def _start_listeners(self, nursery: trio.Nursery) -> None:
         listeners = await open_listeners(self.opts.tcp_address, "--tcp-address")
         self.tcp_port = bound_port(listeners)
-        log.info("TCP: listening on %s", _format_address(listeners[0].socket.getsockname()))
+        log.info("TCP: listening on %s", format_address(listeners[0].socket.getsockname()))
         await nursery.start(trio.serve_listeners, self._serve_connection, listeners)
         if self.opts.http_address:
             http_listeners = await open_listeners(self.opts.http_address, "--http-address")
             self.http_port = bound_port(http_listeners)
-            log.info("HTTP: listening on %s", _format_address(http_listeners[0].socket.getsockname()))
+            log.info("HTTP: listening on %s", format_address(http_listeners[0].socket.getsockname()))
             server = HTTPServer(HTTPAPI(self), max_body_size=max(self.opts.max_body_size, self.opts.max_msg_size))
             await nursery.start(server.serve, http_listeners)
 
@@ -127,7 +114,7 @@ class NSQD:
             topic.close()
 
     async def _serve_connection(self, stream) -> None:
-        remote = _remote_address(stream)
+        remote = remote_address(stream)
         conn = Connection(self, stream, next(self._client_ids), remote)
         self.connections.add(conn)
         log.info("TCP: new client(%s)", remote)
@@ -143,7 +130,7 @@ class NSQD:
     def _load_metadata(self) -> None:
         saved = metadata.load(self.data_path)
         for entry in saved:
-            topic = self.get_topic(entry.name, persist=False)
+            topic = self.get_topic(entry.name, from_metadata=True)
             topic.paused = entry.paused
             for channel_entry in entry.channels:
                 channel = topic.get_channel(channel_entry.name)
@@ -181,14 +168,20 @@ class NSQD:
 
     # -- topics and channels ---------------------------------------------------------
 
-    def get_topic(self, name: str, persist: bool = True) -> Topic:
+    def get_topic(self, name: str, from_metadata: bool = False) -> Topic:
+        """The topic, created if new. A new topic (not one loaded from nsqd.dat) waits for
+        the lookupds' list of its channels before it hands out messages, as in nsqd."""
         topic = self.topics.get(name)
         if topic is None:
             topic = Topic(name, self)
             self.topics[name] = topic
             self._start_task(topic, topic.run_pump)
             log.info("TOPIC(%s): created", name)
-            if persist and not topic.ephemeral:
+            self.lookup.notify(Register(name))
+            if not from_metadata and self.lookup.connected():
+                topic.started = False
+                self.spawn(self.lookup.prepare_topic, topic)
+            if not from_metadata and not topic.ephemeral:
                 self.persist_metadata()
         return topic
 
@@ -198,6 +191,7 @@ class NSQD:
             return False
         self._stop_task(topic)
         topic.delete()
+        self.lookup.notify(Unregister(name))
         log.info("TOPIC(%s): deleted", name)
         if not topic.ephemeral:
             self.persist_metadata()
@@ -205,6 +199,7 @@ class NSQD:
 
     def channel_created(self, channel) -> None:
         self._start_task(channel, channel.run_deferred)
+        self.lookup.notify(Register(channel.topic.name, channel.name))
         log.info("TOPIC(%s): new channel(%s)", channel.topic.name, channel.name)
         if not channel.ephemeral and not channel.topic.ephemeral:
             self.persist_metadata()
@@ -212,12 +207,17 @@ class NSQD:
     def channel_deleted(self, channel) -> None:
         """Stop the channel's task and disconnect its consumers."""
         self._stop_task(channel)
+        self.lookup.notify(Unregister(channel.topic.name, channel.name))
         for conn in list(self.connections):
             if conn.client.channel is channel:
                 conn.close()
         log.info("CHANNEL(%s:%s): deleted", channel.topic.name, channel.name)
         if not channel.ephemeral:
             self.persist_metadata()
+
+    def spawn(self, task, *args) -> None:
+        """Run a task for as long as nsqd runs."""
+        self._nursery.start_soon(task, *args)
 
     def _start_task(self, owner, task) -> None:
         scope = trio.CancelScope()
@@ -232,6 +232,29 @@ class NSQD:
         scope = self._tasks.pop(owner, None)
         if scope is not None:
             scope.cancel()
+
+    # -- lookupd registration ---------------------------------------------------------
+
+    def lookup_identity(self) -> dict:
+        """What this nsqd tells nsqlookupd in IDENTIFY (nsqd/lookup.go)."""
+        opts = self.opts
+        return {
+            "version": VERSION,
+            "tcp_port": opts.broadcast_tcp_port or self.tcp_port,
+            "http_port": opts.broadcast_http_port or self.http_port,
+            "hostname": self.hostname,
+            "broadcast_address": opts.broadcast_address,
+        }
+
+    def registrations(self) -> list:
+        """REGISTER commands for everything this nsqd has, as sent on every (re)connect."""
+        commands = []
+        for topic in self.topics.values():
+            if topic.channels:
+                commands += [Register(topic.name, name) for name in topic.channels]
+            else:
+                commands.append(Register(topic.name))
+        return commands
 
     # -- disk queues and health ------------------------------------------------------
 
@@ -286,18 +309,3 @@ class NSQD:
                     await trio.to_thread.run_sync(job.run, limiter=limiter)
                 except OSError as exc:
                     self.disk_failed(queue.name, exc)
-
-
-def _format_address(name) -> str:
-    """Go's ``host:port`` form of a socket address (``[::1]:4150``), or the unix path."""
-    if isinstance(name, tuple):
-        host = f"[{name[0]}]" if ":" in name[0] else name[0]
-        return f"{host}:{name[1]}"
-    return name or "unix"
-
-
-def _remote_address(stream) -> str:
-    try:
-        return _format_address(stream.socket.getpeername())
-    except (AttributeError, OSError):
-        return "unknown"

@@ -7,6 +7,7 @@ import zlib
 from types import SimpleNamespace
 
 from common.goflags import Flag, FlagError, parse_args, resolve
+from serving.listeners import parse_address
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
 
@@ -27,6 +28,11 @@ FLAGS = [
     Flag("tcp-address", "str", "0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients"),
     Flag("http-address", "str", "0.0.0.0:4151", "<addr>:<port> to listen on for HTTP clients"),
     Flag("broadcast-address", "str", socket.gethostname(), "address that will be registered with lookupd (defaults to the OS hostname)"),
+    Flag("broadcast-tcp-port", "int", 0, "TCP port that will be registered with lookupd (defaults to the TCP port that this nsqd is listening on)"),
+    Flag("broadcast-http-port", "int", 0, "HTTP port that will be registered with lookupd (defaults to the HTTP port that this nsqd is listening on)"),
+    Flag("lookupd-tcp-address", "list", [], "lookupd TCP address (may be given multiple times)", cfg_key="nsqlookupd_tcp_addresses"),
+    Flag("http-client-connect-timeout", "duration", 2.0, "timeout for HTTP connect"),
+    Flag("http-client-request-timeout", "duration", 5.0, "timeout for HTTP request"),
     Flag("data-path", "str", "", "path to store disk-backed messages"),
     Flag("mem-queue-size", "int", 10000, "number of messages to keep in memory (per topic/channel)"),
     Flag("max-bytes-per-file", "int", 100 * 1024 * 1024, "number of bytes per diskqueue file before rolling"),
@@ -75,21 +81,20 @@ def _validate(opts: SimpleNamespace) -> None:
     if opts.msg_timeout > opts.max_msg_timeout:
         raise FlagError("--msg-timeout must not exceed --max-msg-timeout")
     parse_address(opts.tcp_address, "--tcp-address")
+    for address in opts.lookupd_tcp_address:
+        validate_lookupd_address(address)
+    for name in ("broadcast_tcp_port", "broadcast_http_port"):
+        if not 0 <= getattr(opts, name) <= 65535:
+            raise FlagError(f"--{name.replace('_', '-')} must be a port number, got {getattr(opts, name)}")
     if opts.http_address:
         parse_address(opts.http_address, "--http-address")
 
 
-def parse_address(address: str, what: str) -> tuple[str, int] | str:
-    """``host:port`` as (host, port), or a unix socket path as it is."""
-    if address.startswith("/") or ":" not in address:
-        if not address:
-            raise FlagError(f"{what} must not be empty")
-        return address
-    host, _, port_text = address.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not port_text.isdigit() or int(port_text) > 65535:
-        raise FlagError(f"{what}: invalid port in {address!r}")
-    return host, int(port_text)
+def validate_lookupd_address(address: str) -> None:
+    """An nsqlookupd TCP address must be ``host:port``."""
+    parsed = parse_address(address, "--lookupd-tcp-address")
+    if isinstance(parsed, str) or not parsed[0]:
+        raise FlagError(f"--lookupd-tcp-address: {address!r} is not host:port")
 
 
 def _read_config(path: str) -> dict:

@@ -28,6 +28,7 @@ class Topic:
         self.nsqd = nsqd
         self.ephemeral = is_ephemeral(name)
         self.paused = False
+        self.started = True  # False until nsqd has created the channels lookupds know of
         self.channels: dict[str, Channel] = {}
         self.message_count = 0
         self.message_bytes = 0
@@ -51,7 +52,11 @@ class Topic:
         return [prefix + msg_id for msg_id in self.nsqd.guid.new_ids(count)]
 
     def _fans_out(self) -> bool:
-        return bool(self.channels) and not self.paused
+        return self.started and bool(self.channels) and not self.paused
+
+    def start(self) -> None:
+        self.started = True
+        self._backlog_changed.set()
 
     def publish(self, bodies: list[bytes], timestamp_ns: int) -> None:
         """Accept new messages; OSError if they could not all be stored."""

@@ -1,0 +1,227 @@
+"""nsqd's lookupLoop against a real nsqlookupd: every process real, talking over loopback."""
+
+import signal
+import socket
+import time
+
+import httpx
+import pytest
+import trio
+
+from .datadir import Server, kill_leftover_servers, publish, subscribe  # noqa: F401 (fixture)
+from .lookupd_helpers import LookupdProcess
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def lookupd():
+    proc = LookupdProcess("--tombstone-lifetime=2s")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def impatient_lookupd():
+    """Hides producers that have not pinged for 2 s (nsqd pings every 15 s)."""
+    proc = LookupdProcess("--inactive-producer-timeout=2s")
+    yield proc
+    proc.stop()
+
+
+def start_nsqd(tmp_path, name: str, *lookupd_ports: int) -> Server:
+    data = tmp_path / name
+    data.mkdir()
+    flags = [f"--lookupd-tcp-address=127.0.0.1:{port}" for port in lookupd_ports]
+    return Server(data, "--broadcast-address=127.0.0.1", *flags)
+
+
+async def lookup(lookupd_http_port: int, topic: str) -> dict | None:
+    async with httpx.AsyncClient() as http:
+        response = await http.get(f"http://127.0.0.1:{lookupd_http_port}/lookup", params={"topic": topic})
+    return response.json() if response.status_code == 200 else None
+
+
+def producer_ports(answer: dict | None) -> set[int]:
+    return {producer["tcp_port"] for producer in (answer or {}).get("producers", [])}
+
+
+async def wait_for(check, timeout: float, what: str):
+    """Poll an async check until it returns something true."""
+    deadline = trio.current_time() + timeout
+    while True:
+        result = await check()
+        if result:
+            return result
+        if trio.current_time() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s (last: {result!r})")
+        await trio.sleep(0.05)
+
+
+async def test_topic_and_channel_are_registered_as_they_appear(tmp_path, lookupd):
+    first = start_nsqd(tmp_path, "n1", lookupd.tcp_port)
+    second = start_nsqd(tmp_path, "n2", lookupd.tcp_port)
+    await trio.sleep(0.5)  # both connected and identified
+    published_at = trio.current_time()
+    await publish(first.tcp_port, "orders", [b"one"])
+    await publish(second.tcp_port, "orders", [b"two"])
+
+    async def both_registered():
+        return producer_ports(await lookup(lookupd.http_port, "orders")) == {first.tcp_port, second.tcp_port}
+
+    await wait_for(both_registered, 1.0, "topic registered by both nsqd")
+    assert trio.current_time() - published_at < 1.0
+    consumer = await subscribe(first.tcp_port, "orders", "billing")
+
+    async def channel_listed():
+        answer = await lookup(lookupd.http_port, "orders")
+        return answer and "billing" in answer["channels"]
+
+    await wait_for(channel_listed, 1.0, "channel registered after SUB")
+    await consumer.close()
+
+
+async def test_killed_nsqd_vanishes_and_a_silent_one_is_hidden_after_the_inactive_timeout(tmp_path,
+                                                                                           impatient_lookupd):
+    lookupd = impatient_lookupd
+    killed = start_nsqd(tmp_path, "killed", lookupd.tcp_port)
+    stopped = start_nsqd(tmp_path, "stopped", lookupd.tcp_port)
+    await trio.sleep(0.5)
+    await publish(killed.tcp_port, "t", [b"x"])
+    await publish(stopped.tcp_port, "t", [b"x"])
+
+    async def ports():
+        return producer_ports(await lookup(lookupd.http_port, "t"))
+
+    await wait_for(lambda: _equals(ports, {killed.tcp_port, stopped.tcp_port}), 2, "both registered")
+    killed.kill()
+    await wait_for(lambda: _equals(ports, {stopped.tcp_port}), 2, "SIGKILLed nsqd gone")
+    stopped.proc.send_signal(signal.SIGSTOP)  # connected, but no more PINGs
+    try:
+        await wait_for(lambda: _equals(ports, set()), 4, "silent nsqd hidden after --inactive-producer-timeout")
+    finally:
+        stopped.proc.send_signal(signal.SIGCONT)
+
+
+async def _equals(check, expected) -> bool:
+    return await check() == expected
+
+
+async def test_restarted_lookupd_gets_every_registration_back(tmp_path):
+    tcp_port = free_port()
+    lookupd = LookupdProcess(f"--tcp-address=127.0.0.1:{tcp_port}")
+    first = start_nsqd(tmp_path, "n1", tcp_port)
+    second = start_nsqd(tmp_path, "n2", tcp_port)
+    await trio.sleep(0.5)
+    await publish(first.tcp_port, "a", [b"x"])
+    held = await subscribe(second.tcp_port, "b", "c")
+    await trio.sleep(0.5)
+    assert lookupd.stop() == 0
+    lookupd = LookupdProcess(f"--tcp-address=127.0.0.1:{tcp_port}")
+    try:
+        async def everything_back():
+            a, b = await lookup(lookupd.http_port, "a"), await lookup(lookupd.http_port, "b")
+            return (producer_ports(a) == {first.tcp_port} and producer_ports(b) == {second.tcp_port}
+                    and b["channels"] == ["c"])
+
+        await wait_for(everything_back, 5, "registrations back after the lookupd restart")
+    finally:
+        await held.close()
+        lookupd.stop()
+
+
+async def test_tombstone_hides_a_producer_for_the_tombstone_lifetime(tmp_path, lookupd):
+    first = start_nsqd(tmp_path, "n1", lookupd.tcp_port)
+    second = start_nsqd(tmp_path, "n2", lookupd.tcp_port)
+    await trio.sleep(0.5)
+    await publish(first.tcp_port, "t", [b"x"])
+    await publish(second.tcp_port, "t", [b"x"])
+
+    async def ports():
+        return producer_ports(await lookup(lookupd.http_port, "t"))
+
+    await wait_for(lambda: _equals(ports, {first.tcp_port, second.tcp_port}), 2, "both registered")
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(f"http://127.0.0.1:{lookupd.http_port}/topic/tombstone",
+                                 params={"topic": "t", "node": f"127.0.0.1:{first.http_port}"})
+    assert answer.status_code == 200
+    tombstoned_at = trio.current_time()
+    assert await ports() == {second.tcp_port}
+    await wait_for(lambda: _equals(ports, {first.tcp_port, second.tcp_port}), 4, "back after the lifetime")
+    assert trio.current_time() - tombstoned_at >= 1.8
+
+
+async def test_config_put_changes_the_lookupd_set_at_run_time(tmp_path, lookupd):
+    nsqd = start_nsqd(tmp_path, "n1")
+    await publish(nsqd.tcp_port, "late", [b"x"])
+    url = f"{nsqd.http}/config/nsqlookupd_tcp_addresses"
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(url)).json() == []
+        answer = await http.put(url, content=f'["127.0.0.1:{lookupd.tcp_port}"]')
+        assert answer.json() == [f"127.0.0.1:{lookupd.tcp_port}"]
+
+        async def registered():
+            return producer_ports(await lookup(lookupd.http_port, "late")) == {nsqd.tcp_port}
+
+        await wait_for(registered, 2, "registered after PUT")
+        assert (await http.put(url, content="[]")).json() == []
+        assert (await http.put(url, content='["no-port"]')).status_code == 400
+
+        async def gone():
+            return producer_ports(await lookup(lookupd.http_port, "late")) == set()
+
+        await wait_for(gone, 2, "unregistered after PUT []")
+
+
+async def test_new_topic_gets_the_channels_the_cluster_knows_before_any_message(tmp_path, lookupd):
+    first = start_nsqd(tmp_path, "n1", lookupd.tcp_port)
+    second = start_nsqd(tmp_path, "n2", lookupd.tcp_port)
+    await trio.sleep(0.5)
+    consumer = await subscribe(second.tcp_port, "events", "archive")
+    await trio.sleep(0.3)
+    await publish(first.tcp_port, "events", [b"first message"])
+    async with httpx.AsyncClient() as http:
+        async def channel_has_message():
+            stats = (await http.get(f"{first.http}/stats", params={"format": "json", "topic": "events"})).json()
+            channels = (stats["topics"] or [{}])[0].get("channels", [])
+            return [(ch["channel_name"], ch["depth"]) for ch in channels] == [("archive", 1)]
+
+        await wait_for(channel_has_message, 2, "the first message queued in the pre-created channel")
+    await consumer.close()
+
+
+def test_pynsq_reader_discovers_both_nsqd_through_lookupd(tmp_path, lookupd):
+    import asyncio
+
+    import nsq
+    import tornado.ioloop
+
+    first = start_nsqd(tmp_path, "n1", lookupd.tcp_port)
+    second = start_nsqd(tmp_path, "n2", lookupd.tcp_port)
+    time.sleep(0.5)
+    trio.run(publish, first.tcp_port, "found", [b"from-1-%d" % i for i in range(50)])
+    trio.run(publish, second.tcp_port, "found", [b"from-2-%d" % i for i in range(50)])
+    time.sleep(0.5)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    io_loop = tornado.ioloop.IOLoop.current()
+    received = set()
+
+    def handler(message):
+        received.add(message.body)
+        if len(received) == 100:
+            io_loop.stop()
+        return True
+
+    reader = nsq.Reader(topic="found", channel="ch", lookupd_http_addresses=[f"http://127.0.0.1:{lookupd.http_port}"],
+                        message_handler=handler, max_in_flight=20, lookupd_poll_interval=1)
+    io_loop.call_later(15, io_loop.stop)
+    io_loop.start()
+    reader.close()
+    io_loop.close(all_fds=True)
+    asyncio.set_event_loop(None)
+    assert received == {b"from-%d-%d" % (n, i) for n in (1, 2) for i in range(50)}
