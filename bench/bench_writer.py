@@ -2,7 +2,8 @@
 
     python bench/bench_writer.py --nsqd-tcp-address=127.0.0.1:4150 --runfor=10s --size=200 --batch-size=200
 
-Each of --connections processes sends the same prebuilt MPUB batch and waits for its OK.
+Each of --connections processes sends the same prebuilt MPUB batch and waits for its OK,
+over TLS and/or with snappy or deflate if asked (--tls, --snappy, --deflate).
 Prints messages/s and MB/s over the whole run.
 """
 
@@ -14,17 +15,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.nsq_socket import BenchConnection  # noqa: E402
+from bench.nsq_socket import add_feature_flags, connect, features  # noqa: E402
 from common.commands import Mpub  # noqa: E402
 from common.goflags import parse_duration  # noqa: E402
 
 
-def publish(address: str, topic: str, size: int, batch_size: int, deadline: float, result) -> None:
-    conn = BenchConnection(address)
+def publish(address: str, topic: str, size: int, batch_size: int, deadline: float, feature_values: dict,
+            result) -> None:
+    conn = connect(address, feature_values)
     batch = Mpub(topic, [b"a" * size] * batch_size).to_bytes()
     sent = 0
     while time.monotonic() < deadline:
-        conn.sock.sendall(batch)
+        conn.send(batch)
         conn.read_response()
         sent += batch_size
     conn.close()
@@ -39,13 +41,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--connections", type=int, default=2)
+    add_feature_flags(parser)
     args = parser.parse_args()
     runfor = parse_duration(args.runfor)
     result = multiprocessing.Queue()
     start = time.monotonic()
     deadline = start + runfor
     workers = [multiprocessing.Process(target=publish, args=(args.nsqd_tcp_address, args.topic, args.size,
-                                                             args.batch_size, deadline, result))
+                                                             args.batch_size, deadline, features(args), result))
                for _ in range(args.connections)]
     for worker in workers:
         worker.start()

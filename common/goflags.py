@@ -194,7 +194,7 @@ def parse_args(flags: list[Flag], argv: list[str]) -> dict[str, Any]:
         if flag.kind == "list":
             given.setdefault(flag.attr, []).append(converted)
         elif flag.kind == "float_list":
-            given[flag.attr] = sorted(given.get(flag.attr, []) + converted)
+            given[flag.attr] = sorted(given.get(flag.attr, []) + converted, reverse=True)  # app.FloatArray: descending
         else:
             given[flag.attr] = converted
     if args:

@@ -10,6 +10,9 @@ Theory of operation (nsqd/protocol_v2.go):
   over the limit is refused before a byte of the body is buffered.
 * Which commands a connection may send depends on its state (init, subscribed,
   closing). The server moves ``parser.state`` forward after SUB and CLS succeed.
+* With TLS required, IDENTIFY is the only command known until the server calls
+  ``tls_established()``; any other is refused before its body is read, as
+  nsqd's enforceTLSPolicy does.
 * Errors are raised as :class:`ClientError`; only nsqd's three *_FAILED codes are
   non-fatal, and those come from the server, never from the parser.
 """
@@ -77,9 +80,10 @@ def _invalid(description: str) -> ClientError:
 class CommandParser:
     """Incremental, bounded parser of one client connection's byte stream."""
 
-    def __init__(self, limits: Limits = Limits(), expect_magic: bool = True):
+    def __init__(self, limits: Limits = Limits(), expect_magic: bool = True, tls_required: bool = False):
         self.limits = limits
         self.state = State.INIT
+        self.tls_required = tls_required
         self._magic_pending = expect_magic
         self._buf = b""
         self._pos = 0
@@ -100,6 +104,13 @@ class CommandParser:
             b"MPUB": (_ANY, self._mpub),
             b"DPUB": (_ANY, self._dpub),
         }
+        self._all_commands = self._commands
+        if tls_required:
+            self._commands = {b"IDENTIFY": self._all_commands[b"IDENTIFY"]}
+
+    def tls_established(self) -> None:
+        self.tls_required = False
+        self._commands = self._all_commands
 
     @property
     def buffered(self) -> int:
@@ -121,6 +132,13 @@ class CommandParser:
         self._pos = 0
         self._avail = len(data)
         self._need = 0
+
+    def take_buffered(self) -> bytes:
+        """Hand back every byte received but not parsed (the connection changes layers)."""
+        rest = b"".join([self._buf[self._pos :], *self._pending])
+        self._buf, self._pos, self._avail, self._need = b"", 0, 0, 0
+        self._pending.clear()
+        return rest
 
     def next_event(self):
         """The next whole command, or NEED_DATA. Raises ClientError on bad input."""
@@ -144,6 +162,8 @@ class CommandParser:
             params = buf[pos:end].split(b" ")
             entry = self._commands.get(params[0])
             if entry is None:
+                if self.tls_required:
+                    raise _invalid(f"cannot {_text(params[0])} in current state (TLS required)")
                 raise _invalid(f"invalid command {_text(params[0])}")
             allowed, parse = entry
             if self.state in allowed:

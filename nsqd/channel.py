@@ -17,6 +17,7 @@ Theory of operation:
 
 import heapq
 import itertools
+import time
 from collections import deque
 
 import trio
@@ -24,6 +25,7 @@ import trio
 from common.names import is_ephemeral
 
 from .message_queue import MessageQueue
+from .quantile import Quantile
 
 
 class Channel:
@@ -42,6 +44,11 @@ class Channel:
         self._deferred: list[tuple[float, int, bytes, bytes]] = []
         self._deferred_order = itertools.count()
         self._deferred_changed = trio.Event()
+        opts = topic.nsqd.opts
+        percentiles = opts.e2e_processing_latency_percentile
+        # FIN records into it (nsqd/client.py) only when percentiles are configured, as in NSQ
+        self.e2e_latency = Quantile(round(opts.e2e_processing_latency_window_time * 1e9), percentiles,
+                                    time.time_ns()) if percentiles else None
 
     def __repr__(self) -> str:
         return f"<Channel {self.topic.name}:{self.name}>"

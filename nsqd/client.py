@@ -17,7 +17,7 @@ import trio
 
 from common.errors import ClientError, non_fatal
 from common.frames import FRAME_HEAD, FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, HEARTBEAT
-from common.message import HEADER_LENGTH
+from common.message import HEADER_LENGTH, TIMESTAMP_ATTEMPTS
 from common.protocol_v2 import State
 
 from .message import InFlight
@@ -35,6 +35,7 @@ class Client:
         remote_host = remote_address.rsplit(":", 1)[0].strip("[]")
         self.client_id = remote_host
         self.hostname = remote_host
+        self.remote_ip = remote_host if ":" in remote_address else ""  # none for a unix socket
         self.user_agent = ""
         self.connect_ts = int(time.time())
         self.heartbeat_interval = DEFAULT_HEARTBEAT_INTERVAL
@@ -44,6 +45,10 @@ class Client:
         self.sample_rate = 0
         self.state = State.INIT
         self.identified = False
+        self.tls = None  # nsqd.tls.TLSState once upgraded
+        self.compression = ""  # "snappy" or "deflate" once upgraded
+        self.auth_state = None  # nsqd.auth.AuthState after a successful AUTH
+        self.auth_secret = b""
         self.channel = None
         self.ready_count = 0
         self.in_ready_queue = False
@@ -103,6 +108,11 @@ class Client:
                 raise _bad_identify(f"msg timeout ({msg_timeout}) is invalid")
             self.msg_timeout = msg_timeout / 1000
         self.identified = True
+
+    @property
+    def authed(self) -> bool:
+        """nsqd's HasAuthorizations: an AUTH answer that grants something."""
+        return self.auth_state is not None and bool(self.auth_state.authorizations)
 
     # -- output ------------------------------------------------------------------
 
@@ -175,8 +185,10 @@ class Client:
         return msg
 
     def finish(self, msg_id: bytes) -> None:
-        self._pop_in_flight(msg_id, "FIN", "E_FIN_FAILED")
+        msg = self._pop_in_flight(msg_id, "FIN", "E_FIN_FAILED")
         self.finish_count += 1
+        if self.channel.e2e_latency is not None:
+            self.channel.e2e_latency.insert(TIMESTAMP_ATTEMPTS.unpack_from(msg.header)[0], time.time_ns())
         self.channel.client_ready(self)
 
     def requeue(self, msg_id: bytes, delay: float) -> None:

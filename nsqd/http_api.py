@@ -16,9 +16,9 @@ from common.goflags import FlagError
 from common.names import is_valid_name
 from common.protocol_v2 import parse_mpub_body
 from serving.http import Request, Response
-from serving.v1 import BOOL_PARAMS, TEXT_TYPE, HTTPError, parse_query, v1_error, v1_ok
+from serving.v1 import BOOL_PARAMS, TEXT_TYPE, V1_HEADER, HTTPError, parse_query, v1_error, v1_ok
 
-from . import stats
+from . import metrics, stats
 from .options import FLAGS, LOG_LEVELS, validate_lookupd_address
 
 log = logging.getLogger("nsqd")
@@ -36,6 +36,7 @@ class HTTPAPI:
             ("POST", "/pub"): self.pub,
             ("POST", "/mpub"): self.mpub,
             ("GET", "/stats"): self.stats,
+            ("GET", "/metrics"): self.metrics,
             ("POST", "/topic/create"): self.topic_create,
             ("POST", "/topic/delete"): self.topic_delete,
             ("POST", "/topic/empty"): self.topic_empty,
@@ -90,7 +91,7 @@ class HTTPAPI:
             "max_heartbeat_interval": round(opts.max_heartbeat_interval * 1e9),
             "max_output_buffer_size": opts.max_output_buffer_size,
             "max_output_buffer_timeout": round(opts.max_output_buffer_timeout * 1e9),
-            "max_deflate_level": 6,
+            "max_deflate_level": opts.max_deflate_level,
         })
 
     # -- publishing ------------------------------------------------------------------
@@ -165,6 +166,10 @@ class HTTPAPI:
         if first("format") == "json":
             return v1_ok(document)
         return v1_ok(stats.stats_text(document, time.time()))
+
+    def metrics(self, request: Request) -> Response:
+        """Prometheus text exposition (beyond NSQ): plain, without the V1 header."""
+        return Response(200, metrics.exposition(self.nsqd).encode(), [metrics.CONTENT_TYPE])
 
     # -- topic and channel administration --------------------------------------------
 
@@ -266,6 +271,15 @@ class HTTPAPI:
         if value is None:
             raise HTTPError(400, "INVALID_OPTION")
         return v1_ok(value)
+
+
+def tls_required_handler(nsqd):
+    """The plain-HTTP listener's only answer with --tls-required=true (nsqd/http.go ServeHTTP):
+    403 and where HTTPS is, written by hand in nsqd, hence the spaces."""
+    async def refuse(request: Request) -> Response:
+        body = f'{{"message": "TLS_REQUIRED", "https_port": {nsqd.https_port}}}'.encode()
+        return Response(403, body, [V1_HEADER, TEXT_TYPE])
+    return refuse
 
 
 def option_value(opts, option: str):

@@ -19,16 +19,19 @@ from common import VERSION
 from common.message import MIN_MESSAGE_LENGTH
 from common.protocol_v1 import Register, Unregister
 from serving.http import HTTPServer
-from serving.listeners import bound_port, format_address, open_listeners, remote_address
+from serving.listeners import bound_port, format_address, open_listeners, remote_address, tls_listeners
 
-from . import metadata
+from . import metadata, statsd
 from .diskqueue import DiskQueue
 from .dirlock import DirLock
+from .auth import AuthServers
 from .guid import GuidFactory
-from .http_api import HTTPAPI
+from .http_api import HTTPAPI, tls_required_handler
 from .lookup import Lookup
+from .options import TLS_REQUIRED
 from .stats import GCPauses
 from .tcp import Connection
+from .tls import client_context, server_context
 from .topic import Topic
 
 log = logging.getLogger("nsqd")
@@ -47,6 +50,11 @@ class NSQD:
         self.hostname = socket.gethostname()
         self.tcp_port = 0
         self.http_port = 0
+        self.https_port = 0
+        self.tls_context = server_context(opts)
+        self.auth_servers = AuthServers(
+            opts.auth_http_address, opts.auth_http_request_method, opts.http_client_connect_timeout,
+            opts.http_client_request_timeout, client_context(opts)) if opts.auth_http_address else None
         self.exiting = False
         self.gc_pauses = GCPauses()
         self._health_error: str | None = None
@@ -76,6 +84,8 @@ class NSQD:
                 self.lookup.set_addresses(self.opts.lookupd_tcp_address)
                 nursery.start_soon(self._sync_loop)
                 nursery.start_soon(self._metadata_loop)
+                if self.opts.statsd_address:
+                    nursery.start_soon(statsd.run, self)
                 task_status.started(self)
                 await self._stopped.wait()
                 self._begin_exit()
@@ -97,8 +107,16 @@ class NSQD:
             http_listeners = await open_listeners(self.opts.http_address, "--http-address")
             self.http_port = bound_port(http_listeners)
             log.info("HTTP: listening on %s", format_address(http_listeners[0].socket.getsockname()))
-            server = HTTPServer(HTTPAPI(self), max_body_size=max(self.opts.max_body_size, self.opts.max_msg_size))
+            handler = tls_required_handler(self) if self.opts.tls_required == TLS_REQUIRED else HTTPAPI(self)
+            server = HTTPServer(handler, max_body_size=max(self.opts.max_body_size, self.opts.max_msg_size))
             await nursery.start(server.serve, http_listeners)
+        if self.tls_context is not None and self.opts.https_address:
+            https_listeners = await open_listeners(self.opts.https_address, "--https-address")
+            self.https_port = bound_port(https_listeners)
+            log.info("HTTPS: listening on %s", format_address(https_listeners[0].socket.getsockname()))
+            server = HTTPServer(HTTPAPI(self), max_body_size=max(self.opts.max_body_size, self.opts.max_msg_size),
+                                name="HTTPS")
+            await nursery.start(server.serve, tls_listeners(https_listeners, self.tls_context))
 
     def _begin_exit(self) -> None:
         """Stop delivering, so what clients give back on disconnect stays in the channels."""

@@ -6,7 +6,7 @@ import tomllib
 import zlib
 from types import SimpleNamespace
 
-from common.goflags import Flag, FlagError, parse_args, resolve
+from common.goflags import Flag, FlagError, parse_args, parse_bool, resolve
 from serving.listeners import parse_address
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
@@ -50,7 +50,34 @@ FLAGS = [
     Flag("min-output-buffer-timeout", "duration", 0.025, "minimum client configurable duration of time between flushing to a client"),
     Flag("output-buffer-timeout", "duration", 0.25, "default duration of time between flushing data to clients"),
     Flag("max-channel-consumers", "int", 0, "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)"),
+    # TLS, compression and AUTH (checked and converted in _validate_security)
+    Flag("https-address", "str", "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients"),
+    Flag("auth-http-address", "list", [], "<addr>:<port> or a full url to query auth server (may be given multiple times)", cfg_key="auth_http_addresses"),
+    Flag("auth-http-request-method", "str", "get", "HTTP method to use for auth server requests: get or post"),
+    Flag("tls-cert", "str", "", "path to certificate file"),
+    Flag("tls-key", "str", "", "path to key file"),
+    Flag("tls-client-auth-policy", "str", "", "client certificate auth policy ('require' or 'require-verify')"),
+    Flag("tls-root-ca-file", "str", "", "path to certificate authority file"),
+    Flag("tls-required", "str", "false", "require TLS for client connections (true, false, tcp-https)"),
+    Flag("tls-min-version", "str", "tls1.0", "minimum SSL/TLS version acceptable ('tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')"),
+    Flag("deflate", "bool", True, "enable deflate feature negotiation (client compression)"),
+    Flag("max-deflate-level", "int", 6, "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)"),
+    Flag("snappy", "bool", True, "enable snappy feature negotiation (client compression)"),
+    # statsd and end-to-end latency
+    Flag("statsd-address", "str", "", "UDP <addr>:<port> of a statsd daemon for pushing stats"),
+    Flag("statsd-interval", "duration", 60.0, "duration between pushing to statsd"),
+    Flag("statsd-mem-stats", "bool", True, "toggle sending memory and GC stats to statsd"),
+    Flag("statsd-prefix", "str", "nsq.%s", "prefix used for keys sent to statsd (%s for host replacement)"),
+    Flag("statsd-udp-packet-size", "int", 508, "the size in bytes of statsd UDP packets"),
+    Flag("statsd-exclude-ephemeral", "bool", False, "Skip ephemeral topics and channels when sending stats to statsd"),
+    Flag("e2e-processing-latency-percentile", "float_list", [], "message processing time percentiles (as float (0, 1.0]) to track (can be specified multiple times or comma separated '1.0,0.99,0.95', default none)", cfg_key="e2e_processing_latency_percentiles"),
+    Flag("e2e-processing-latency-window-time", "duration", 600.0, "calculate end to end latency quantiles for this duration of time (ie: 60s would only show quantile calculations from the past 60 seconds)"),
 ]
+
+# --tls-required as nsqd holds it (nsqd/options.go), and --tls-min-version as Go's tls.Version*.
+TLS_NOT_REQUIRED, TLS_REQUIRED_EXCEPT_HTTP, TLS_REQUIRED = 0, 1, 2
+TLS_VERSIONS = {"tls1.0": 0x0301, "tls1.1": 0x0302, "tls1.2": 0x0303, "tls1.3": 0x0304}
+_BOOL_FLAG_VALUES = ("-tls-required", "--tls-required")  # a bool flag that also takes a word
 
 # Options without flags (nsqd/options.go NewOptions).
 CLIENT_TIMEOUT = 60.0
@@ -88,6 +115,61 @@ def _validate(opts: SimpleNamespace) -> None:
             raise FlagError(f"--{name.replace('_', '-')} must be a port number, got {getattr(opts, name)}")
     if opts.http_address:
         parse_address(opts.http_address, "--http-address")
+    _validate_security(opts)
+    _validate_statsd_and_e2e(opts)
+
+
+def _tls_required(value) -> int:
+    if isinstance(value, bool):
+        return TLS_REQUIRED if value else TLS_NOT_REQUIRED
+    if isinstance(value, int):
+        return value
+    text = value.lower()
+    if text == "tcp-https":
+        return TLS_REQUIRED_EXCEPT_HTTP
+    try:
+        return TLS_REQUIRED if parse_bool(text) else TLS_NOT_REQUIRED
+    except FlagError as exc:
+        raise FlagError(f"--tls-required: {exc}") from None
+
+
+def _tls_min_version(value) -> int:
+    if isinstance(value, int):
+        return value
+    if not value:
+        return TLS_VERSIONS["tls1.0"]
+    if value.lower() not in TLS_VERSIONS:
+        raise FlagError(f"--tls-min-version: unknown tlsVersionOption {value!r}")
+    return TLS_VERSIONS[value.lower()]
+
+
+def _validate_security(opts: SimpleNamespace) -> None:
+    """nsqd.New's checks: a bad --max-deflate-level, or TLS required with no cert and key, stop nsqd."""
+    opts.tls_required = _tls_required(opts.tls_required)
+    opts.tls_min_version = _tls_min_version(opts.tls_min_version)
+    if not 1 <= opts.max_deflate_level <= 9:
+        raise FlagError("--max-deflate-level must be [1,9]")
+    opts.auth_http_request_method = opts.auth_http_request_method.lower()
+    if opts.auth_http_request_method not in ("get", "post"):
+        raise FlagError(f"--auth-http-request-method must be get or post, got {opts.auth_http_request_method!r}")
+    if opts.tls_client_auth_policy and opts.tls_required == TLS_NOT_REQUIRED:
+        opts.tls_required = TLS_REQUIRED
+    if opts.tls_required != TLS_NOT_REQUIRED and not opts.tls_cert and not opts.tls_key:
+        raise FlagError("cannot require TLS client connections without TLS key and cert")
+    if opts.https_address:
+        parse_address(opts.https_address, "--https-address")
+
+
+def _validate_statsd_and_e2e(opts: SimpleNamespace) -> None:
+    for percentile in opts.e2e_processing_latency_percentile:
+        if not 0 < percentile <= 1:
+            raise FlagError(f"Invalid percentile: {percentile!r}".removesuffix(".0"))
+    # NSQ would spin forever on a zero window and panic on a zero interval
+    for name in ("e2e_processing_latency_window_time", "statsd_interval"):
+        if getattr(opts, name) <= 0:
+            raise FlagError(f"--{name.replace('_', '-')} must be greater than 0")
+    if opts.statsd_udp_packet_size <= 0:
+        raise FlagError(f"--statsd-udp-packet-size must be greater than 0, got {opts.statsd_udp_packet_size}")
 
 
 def validate_lookupd_address(address: str) -> None:
@@ -120,10 +202,13 @@ def load_options(argv: list[str]) -> SimpleNamespace:
     With ``--version`` the config file is neither read nor checked: nsqd prints its
     version as soon as the flags parse.
     """
-    given = parse_args(FLAGS, argv)
+    given = parse_args(FLAGS, [f"{arg}=true" if arg in _BOOL_FLAG_VALUES else arg for arg in argv])
     if given.get("version"):
         return _resolved(given, {})
-    opts = _resolved(given, _read_config(given.get("config", "")))
+    config = _read_config(given.get("config", ""))
+    if isinstance(config.get("tls_required"), (bool, int)):
+        config["tls_required"] = str(config["tls_required"]).lower()  # as Go's config.Validate
+    opts = _resolved(given, config)
     _validate(opts)
     return opts
 

@@ -1,16 +1,32 @@
-"""What nsqd does with each V2 command once the parser has validated it (nsqd/protocol_v2.go)."""
+"""What nsqd does with each V2 command once the parser has validated it (nsqd/protocol_v2.go).
+
+Commands run synchronously, except where nsqd must wait: IDENTIFY when it upgrades the
+connection (TLS, snappy, deflate), AUTH (a request to the auth server) and, with AUTH
+enabled, PUB/MPUB/DPUB/SUB (whose authorization may need asking again after its TTL).
+Those return a coroutine that the connection's reader awaits before it parses on.
+With AUTH enabled the check comes after the parser has read the whole command, body
+included; nsqd checks MPUB's before reading its body, so a client that is refused
+*and* sends a malformed MPUB body is told about the body, not the authorization.
+"""
 
 import json
+import logging
 import time
 
 from common import VERSION
 from common.commands import Auth, Cls, Dpub, Fin, Identify, Mpub, Nop, Pub, Rdy, Req, Sub, Touch
+from common.compression import DeflateCodec, SnappyCodec
 from common.errors import ClientError
 from common.frames import CLOSE_WAIT, OK
+from common.goquote import go_quote
 from common.protocol_v2 import CommandParser, Limits, State
 
+from .auth import AuthError, AuthQuery
+from .options import TLS_NOT_REQUIRED
+
+log = logging.getLogger("nsqd")
+
 DEFAULT_DEFLATE_LEVEL = 6
-MAX_DEFLATE_LEVEL = 6
 
 
 def limits_from(opts) -> Limits:
@@ -25,49 +41,112 @@ def limits_from(opts) -> Limits:
 class ProtocolV2:
     """Executes one client's commands against the daemon's topics and channels."""
 
-    def __init__(self, nsqd, client):
+    def __init__(self, nsqd, client, upgrade):
+        """``upgrade(tls, codec)``: the connection's coroutine that changes its layers."""
         self.nsqd = nsqd
         self.client = client
-        self.parser = CommandParser(limits_from(nsqd.opts))
+        self.upgrade = upgrade
+        self.parser = CommandParser(limits_from(nsqd.opts), tls_required=nsqd.opts.tls_required != TLS_NOT_REQUIRED)
         self._handlers = {
             Identify: self.identify, Auth: self.auth, Sub: self.sub, Rdy: self.rdy,
             Fin: self.fin, Req: self.req, Touch: self.touch, Cls: self.cls, Nop: self.nop,
             Pub: self.pub, Mpub: self.mpub, Dpub: self.dpub,
         }
+        if nsqd.auth_servers is not None:
+            for command_type, name in ((Sub, "SUB"), (Pub, "PUB"), (Mpub, "MPUB"), (Dpub, "DPUB")):
+                self._handlers[command_type] = self._authorized(name, self._handlers[command_type])
 
-    def execute(self, command) -> None:
-        self._handlers[type(command)](command)
+    def execute(self, command):
+        """Run a command; a coroutine to await before the next one, or None."""
+        return self._handlers[type(command)](command)
 
     def _set_state(self, state: State) -> None:
         self.client.state = state
         self.parser.state = state
 
-    def identify(self, command: Identify) -> None:
-        client = self.client
-        client.identify(command.data)
-        if not command.data["feature_negotiation"]:
+    def identify(self, command: Identify):
+        client, data = self.client, command.data
+        client.identify(data)
+        if not data["feature_negotiation"]:
             client.send_response(OK)
-            return
+            return None
         opts = self.nsqd.opts
+        tls = self.nsqd.tls_context is not None and data["tls_v1"]
+        deflate = opts.deflate and data["deflate"]
+        snappy = opts.snappy and data["snappy"]
+        # nsqd honours the requested level only with deflate on
+        level = min(data["deflate_level"] if deflate and data["deflate_level"] > 0 else DEFAULT_DEFLATE_LEVEL,
+                    opts.max_deflate_level)
+        if deflate and snappy:
+            raise ClientError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
         answer = {
             "max_rdy_count": opts.max_rdy_count,
             "version": VERSION,
             "max_msg_timeout": round(opts.max_msg_timeout * 1000),
             "msg_timeout": round(client.msg_timeout * 1000),
-            "tls_v1": False,
-            "deflate": False,
-            "deflate_level": DEFAULT_DEFLATE_LEVEL,  # nsqd honours the requested level only with deflate on
-            "max_deflate_level": MAX_DEFLATE_LEVEL,
-            "snappy": False,
+            "tls_v1": tls,
+            "deflate": deflate,
+            "deflate_level": level,
+            "max_deflate_level": opts.max_deflate_level,
+            "snappy": snappy,
             "sample_rate": client.sample_rate,
-            "auth_required": False,
+            "auth_required": self.nsqd.auth_servers is not None,
             "output_buffer_size": client.output_buffer_size,
             "output_buffer_timeout": round(client.output_buffer_timeout * 1000),
         }
         client.send_response(json.dumps(answer, separators=(",", ":")).encode())
+        codec = SnappyCodec() if snappy else DeflateCodec(level) if deflate else None
+        if tls or codec is not None:
+            return self.upgrade(tls, codec)
+        return None
 
-    def auth(self, command: Auth) -> None:
-        raise ClientError("E_AUTH_DISABLED", "AUTH disabled")
+    # -- AUTH --------------------------------------------------------------------------
+
+    def auth(self, command: Auth):
+        if self.client.authed:
+            raise ClientError("E_INVALID", "AUTH already set")
+        if self.nsqd.auth_servers is None:
+            raise ClientError("E_AUTH_DISABLED", "AUTH disabled")
+        return self._auth(command.secret)
+
+    async def _auth(self, secret: bytes) -> None:
+        client = self.client
+        client.auth_secret = secret
+        await self._query_auth()
+        if not client.authed:
+            raise ClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
+        state = client.auth_state
+        answer = {"identity": state.identity, "identity_url": state.identity_url,
+                  "permission_count": len(state.authorizations)}
+        client.send_response(json.dumps(answer, separators=(",", ":")).encode())
+
+    async def _query_auth(self) -> None:
+        client = self.client
+        tls = client.tls
+        query = AuthQuery(client.remote_ip, tls is not None, client.auth_secret, tls.common_name if tls else "")
+        try:
+            client.auth_state = await self.nsqd.auth_servers.query(query)
+        except AuthError as exc:
+            # the auth server's troubles are not the client's business
+            log.warning("PROTOCOL(V2): [%s] AUTH failed %s", client.remote_address, exc)
+            raise ClientError("E_AUTH_FAILED", "AUTH failed") from None
+
+    def _authorized(self, name: str, handler):
+        """``handler`` behind nsqd's CheckAuth."""
+        async def check_then_run(command) -> None:
+            await self._check_auth(name, command.topic, getattr(command, "channel", ""))
+            handler(command)
+        return check_then_run
+
+    async def _check_auth(self, name: str, topic: str, channel: str) -> None:
+        client = self.client
+        if not client.authed:
+            raise ClientError("E_AUTH_FIRST", f"AUTH required before {name}")
+        if client.auth_state.expired():
+            await self._query_auth()
+        if not client.auth_state.allows(topic, channel):
+            raise ClientError("E_UNAUTHORIZED",
+                              f"AUTH failed for {name} on {go_quote(topic)} {go_quote(channel)}")
 
     def sub(self, command: Sub) -> None:
         client = self.client

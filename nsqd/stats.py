@@ -4,6 +4,11 @@ Every key of NSQ's TopicStats, ChannelStats and ClientV2Stats is present with th
 type; Go's ``omitempty`` keys (authed, auth_identity, auth_identity_url, pub_counts) are
 left out when empty, as Go leaves them out. The memory block reports the Python runtime
 under Go's key names: allocated blocks, RSS, and collector pauses measured here.
+
+``e2e_processing_latency`` is NSQ's quantile.Result: a channel's own stream, and for a
+topic the merge of its channels' streams (null percentiles for a topic with none, as
+NSQ's nil aggregate gives). The text format prints the values as stringy's
+NanoSecondToHuman does.
 """
 
 import gc
@@ -14,6 +19,8 @@ from datetime import datetime, timezone
 
 from common import VERSION
 from common.goflags import format_duration
+
+from .quantile import merged_result
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
@@ -62,8 +69,19 @@ def memory_stats(pauses: GCPauses) -> dict:
     }
 
 
-def e2e_latency() -> dict:
-    return {"count": 0, "percentiles": None}
+def e2e_latency(streams: list, now_ns: int) -> dict:
+    """NSQ's quantile.Result JSON of the merged ``streams``; no streams, no percentiles."""
+    if not streams:
+        return {"count": 0, "percentiles": None}
+    result = merged_result(streams, now_ns)
+    return {"count": result.count,
+            "percentiles": [{"quantile": _go_float(quantile), "value": value}
+                            for quantile, value in result.percentiles]}
+
+
+def _go_float(value: float) -> float | int:
+    """Go's encoding/json writes an integral float64 without a fraction (1, not 1.0)."""
+    return int(value) if value.is_integer() else value
 
 
 def client_stats(client, topic_filter: str) -> dict:
@@ -80,25 +98,33 @@ def client_stats(client, topic_filter: str) -> dict:
         "requeue_count": client.requeue_count,
         "connect_ts": client.connect_ts,
         "sample_rate": client.sample_rate,
-        "deflate": False,
-        "snappy": False,
+        "deflate": client.compression == "deflate",
+        "snappy": client.compression == "snappy",
         "user_agent": client.user_agent,
     }
+    auth = client.auth_state
+    if client.authed:
+        stats["authed"] = True
+    if auth is not None and auth.identity:
+        stats["auth_identity"] = auth.identity
+    if auth is not None and auth.identity_url:
+        stats["auth_identity_url"] = auth.identity_url
     pub_counts = [{"topic": topic, "count": count} for topic, count in client.pub_counts.items()
                   if not topic_filter or topic == topic_filter]
     if pub_counts:
         stats["pub_counts"] = pub_counts
+    tls = client.tls
     stats.update({
-        "tls": False,
-        "tls_cipher_suite": "",
-        "tls_version": "",
-        "tls_negotiated_protocol": "",
-        "tls_negotiated_protocol_is_mutual": False,
+        "tls": tls is not None,
+        "tls_cipher_suite": tls.cipher_suite if tls else "",
+        "tls_version": tls.version if tls else "",
+        "tls_negotiated_protocol": tls.negotiated_protocol if tls else "",
+        "tls_negotiated_protocol_is_mutual": tls is not None,  # Go: always true since Go 1.16
     })
     return stats
 
 
-def channel_stats(channel, include_clients: bool, topic_filter: str) -> dict:
+def channel_stats(channel, include_clients: bool, topic_filter: str, now_ns: int) -> dict:
     clients = [client_stats(client, topic_filter) for client in channel.clients.values()] if include_clients else None
     return {
         "channel_name": channel.name,
@@ -112,11 +138,11 @@ def channel_stats(channel, include_clients: bool, topic_filter: str) -> dict:
         "client_count": len(channel.clients),
         "clients": clients,
         "paused": channel.paused,
-        "e2e_processing_latency": e2e_latency(),
+        "e2e_processing_latency": e2e_latency([channel.e2e_latency] if channel.e2e_latency else [], now_ns),
     }
 
 
-def topic_stats(topic, channel_filter: str, include_clients: bool, topic_filter: str) -> dict | None:
+def topic_stats(topic, channel_filter: str, include_clients: bool, topic_filter: str, now_ns: int) -> dict | None:
     names = sorted(topic.channels)
     if channel_filter:
         if channel_filter not in topic.channels:
@@ -124,13 +150,14 @@ def topic_stats(topic, channel_filter: str, include_clients: bool, topic_filter:
         names = [channel_filter]
     return {
         "topic_name": topic.name,
-        "channels": [channel_stats(topic.channels[name], include_clients, topic_filter) for name in names],
+        "channels": [channel_stats(topic.channels[name], include_clients, topic_filter, now_ns) for name in names],
         "depth": topic.depth,
         "backend_depth": topic.backend_depth,
         "message_count": topic.message_count,
         "message_bytes": topic.message_bytes,
         "paused": topic.paused,
-        "e2e_processing_latency": e2e_latency(),
+        "e2e_processing_latency": e2e_latency(
+            [channel.e2e_latency for channel in topic.channels.values() if channel.e2e_latency], now_ns),
     }
 
 
@@ -142,8 +169,9 @@ def stats_document(nsqd, topic_filter: str, channel_filter: str, include_clients
     topics = producers = None
     if not topic_filter or topic_filter in nsqd.topics:
         names = [topic_filter] if topic_filter else sorted(nsqd.topics)
-        topics = [stats for stats in (topic_stats(nsqd.topics[name], channel_filter, include_clients, topic_filter)
-                                      for name in names) if stats is not None]
+        now_ns = time.time_ns()
+        topics = [stats for stats in (topic_stats(nsqd.topics[name], channel_filter, include_clients, topic_filter,
+                                                  now_ns) for name in names) if stats is not None]
         if include_clients:
             producers = [client_stats(conn.client, topic_filter) for conn in nsqd.connections if conn.client.pub_counts]
     document = {"version": VERSION, "health": nsqd.health, "start_time": nsqd.start_time, "topics": topics}
@@ -157,6 +185,18 @@ def _rfc3339(unix_seconds: int) -> str:
     stamp = datetime.fromtimestamp(unix_seconds, timezone.utc).astimezone()
     text = stamp.isoformat(timespec="seconds")
     return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def nanoseconds_to_human(value: float) -> str:
+    """stringy.NanoSecondToHuman: one decimal in the largest unit the value exceeds."""
+    for scale, suffix in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if value > scale:
+            return f"{value / scale:.1f}{suffix}"
+    return f"{value:.1f}ns"
+
+
+def _e2e_text(latency: dict) -> str:
+    return ", ".join(nanoseconds_to_human(item["value"]) for item in latency["percentiles"] or [])
 
 
 def _client_line(stats: dict, now: float) -> str:
@@ -186,13 +226,15 @@ def stats_text(document: dict, now: float) -> str:
     for topic in topics:
         prefix = "*P " if topic["paused"] else "   "
         out.append(f"\n{prefix}[{topic['topic_name']:<15}] depth: {topic['depth']:<5} "
-                   f"be-depth: {topic['backend_depth']:<5} msgs: {topic['message_count']:<8} e2e%: \n")
+                   f"be-depth: {topic['backend_depth']:<5} msgs: {topic['message_count']:<8} "
+                   f"e2e%: {_e2e_text(topic['e2e_processing_latency'])}\n")
         for channel in topic["channels"]:
             prefix = "   *P " if channel["paused"] else "      "
             out.append(f"{prefix}[{channel['channel_name']:<25}] depth: {channel['depth']:<5} "
                        f"be-depth: {channel['backend_depth']:<5} inflt: {channel['in_flight_count']:<4} "
                        f"def: {channel['deferred_count']:<4} re-q: {channel['requeue_count']:<5} "
-                       f"timeout: {channel['timeout_count']:<5} msgs: {channel['message_count']:<8} e2e%: \n")
+                       f"timeout: {channel['timeout_count']:<5} msgs: {channel['message_count']:<8} "
+                       f"e2e%: {_e2e_text(channel['e2e_processing_latency'])}\n")
             out += [f"        {_client_line(client, now)}\n" for client in channel["clients"] or []]
     producers = document["producers"] or []
     if producers:

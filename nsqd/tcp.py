@@ -1,20 +1,30 @@
 """The TCP side of nsqd: one reader, one writer and one timeout task per connection.
 
 The reader parses whole batches of commands per receive and executes them without
-awaiting; the writer sends the client's output buffer by the flush policy in
-nsqd/client.py and owns the heartbeat; the timeout task sleeps until the earliest
-in-flight deadline. Any failure of a connection ends that connection only.
+awaiting, except the few commands that must wait (IDENTIFY's upgrades, AUTH); the
+writer sends the client's output buffer by the flush policy in nsqd/client.py and owns
+the heartbeat; the timeout task sleeps until the earliest in-flight deadline. Any
+failure of a connection ends that connection only.
+
+Layers: ``stream`` starts as the socket. IDENTIFY may put TLS (trio.SSLStream) and then
+one compression (:class:`CompressedStream`) on top. The writer makes the change, since
+it alone sends: it flushes the IDENTIFY answer as it is, shakes hands, sends ``OK``
+through TLS, switches codec, sends ``OK`` compressed; meanwhile the reader waits, so
+nothing is read across the switch. A plain connection never meets a codec.
 """
 
 import logging
 
 import trio
 
+from common.compression import CompressionError
 from common.errors import ClientError
+from common.frames import OK
 from common.protocol_v2 import NEED_DATA
 
 from .client import Client
 from .protocol_v2 import ProtocolV2
+from .tls import tls_state
 
 log = logging.getLogger("nsqd")
 
@@ -23,8 +33,43 @@ RECEIVE_SIZE = 64 * 1024
 # publishes but never reads its OKs), until the writer has drained it.
 OUTPUT_HIGH_WATER = 1024 * 1024
 CLOSE_FLUSH_TIMEOUT = 1.0
+UPGRADE_TIMEOUT = 5.0  # nsqd's deadline for the TLS handshake
 
-DISCONNECTED = (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError)
+DISCONNECTED = (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError, CompressionError)
+
+
+class CompressedStream(trio.abc.Stream):
+    """A codec (common/compression.py) over a stream: sends are encoded, receives decoded."""
+
+    def __init__(self, transport_stream, codec, received: bytes = b""):
+        self.transport_stream = transport_stream
+        self.codec = codec
+        self._received = received  # read before the switch, so still to decode
+
+    async def send_all(self, data) -> None:
+        await self.transport_stream.send_all(self.codec.encode(data))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.transport_stream.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes=None) -> bytes:
+        codec = self.codec
+        while not codec.ended:
+            if self._received:
+                data, self._received = self._received, b""
+            elif not codec.backlog:
+                data = await self.transport_stream.receive_some(RECEIVE_SIZE)
+                if not data:
+                    break
+            else:
+                data = b""
+            decoded = codec.decode(data)
+            if decoded:
+                return decoded
+        return b""
+
+    async def aclose(self) -> None:
+        await self.transport_stream.aclose()
 
 
 class Connection:
@@ -32,7 +77,9 @@ class Connection:
         self.nsqd = nsqd
         self.stream = stream
         self.client = Client(client_id, nsqd.opts, remote_address)
-        self.protocol = ProtocolV2(nsqd, self.client)
+        self.protocol = ProtocolV2(nsqd, self.client, self.upgrade)
+        self._upgrade_request = None
+        self._upgraded = trio.Event()
         self._drained = trio.Event()
         self._scope = trio.CancelScope()
         self._closing = False
@@ -84,7 +131,9 @@ class Connection:
                     command = parser.next_event()
                     if command is NEED_DATA:
                         break
-                    execute(command)
+                    pending = execute(command)
+                    if pending is not None:
+                        await pending
                 except ClientError as err:
                     log.log(logging.ERROR if err.fatal else logging.INFO, "client %s: %s", client.remote_address, err)
                     client.send_error(err)
@@ -93,6 +142,51 @@ class Connection:
             if len(client.out) > OUTPUT_HIGH_WATER:
                 self._drained = trio.Event()
                 await self._drained.wait()
+
+    async def upgrade(self, tls: bool, codec) -> None:
+        """IDENTIFY's layers, asked for by the reader and put on by the writer."""
+        parser = self.protocol.parser
+        received = parser.take_buffered()
+        if received and tls:
+            # what came in the clear before the handshake is not taken as coming from the
+            # TLS peer (the STARTTLS injection rule); nsqd drops it too, with its reader
+            log.warning("client %s: dropped %d bytes sent before the TLS handshake", self.client.remote_address,
+                        len(received))
+            received = b""
+        self._upgrade_request = (tls, codec, received)
+        self._upgraded = trio.Event()
+        self.client.output_changed.set()
+        await self._upgraded.wait()
+        if tls:
+            parser.tls_established()
+
+    async def _apply_upgrade(self) -> None:
+        tls, codec, received = self._upgrade_request
+        self._upgrade_request = None
+        client = self.client
+        try:
+            with trio.fail_after(UPGRADE_TIMEOUT):
+                await self._flush()  # the IDENTIFY answer, in the clear
+                if tls:
+                    log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", client.remote_address)
+                    stream = trio.SSLStream(self.stream, self.nsqd.tls_context, server_side=True)
+                    await stream.do_handshake()
+                    self.stream = stream
+                    client.tls = tls_state(stream)
+                    await self._send_ok()
+                if codec is not None:
+                    log.info("PROTOCOL(V2): [%s] upgrading connection to %s", client.remote_address, codec.name)
+                    self.stream = CompressedStream(self.stream, codec, received)
+                    client.compression = codec.name
+                    await self._send_ok()
+        except DISCONNECTED as exc:
+            log.error("PROTOCOL(V2): [%s] IDENTIFY failed %r", client.remote_address, exc)
+            raise
+        self._upgraded.set()
+
+    async def _send_ok(self) -> None:
+        self.client.send_response(OK)
+        await self._flush()
 
     async def _flush(self) -> None:
         data = self.client.take_output()
@@ -107,6 +201,8 @@ class Connection:
         next_heartbeat = trio.current_time() + interval
         while True:
             client.output_changed = trio.Event()
+            if self._upgrade_request is not None:
+                await self._apply_upgrade()
             if self._closing:
                 with trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
                     await self._flush()

@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 import httptools
 import trio
 
+from .listeners import socket_of
+
 log = logging.getLogger("http")
 
 RECEIVE_SIZE = 64 * 1024
@@ -202,7 +204,7 @@ def _reason(status: int) -> bytes:
 
 def _peer(stream) -> str:
     try:
-        name = stream.socket.getpeername()
+        name = socket_of(stream).getpeername()
     except (AttributeError, OSError):
         return "unknown"
     return f"{name[0]}:{name[1]}" if isinstance(name, tuple) else str(name)

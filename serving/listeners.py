@@ -1,6 +1,7 @@
 """Listening addresses as NSQ's daemons take them: ``host:port`` or a unix socket path."""
 
 import socket
+import ssl
 
 import trio
 
@@ -32,6 +33,11 @@ async def open_listeners(address: str, what: str) -> list[trio.SocketListener]:
     return await trio.open_tcp_listeners(port, host=host or None)
 
 
+def tls_listeners(listeners: list[trio.SocketListener], context: ssl.SSLContext) -> list[trio.SSLListener]:
+    """The same listeners, each connection behind TLS (the handshake runs on first use)."""
+    return [trio.SSLListener(listener, context, https_compatible=True) for listener in listeners]
+
+
 def bound_port(listeners: list[trio.SocketListener]) -> int:
     """The port actually listened on (-1 for a unix socket, as NSQ reports it)."""
     name = listeners[0].socket.getsockname()
@@ -46,9 +52,16 @@ def format_address(name) -> str:
     return name or "unix"
 
 
+def socket_of(stream):
+    """The socket under a trio stream, through any TLS layer."""
+    while not hasattr(stream, "socket") and hasattr(stream, "transport_stream"):
+        stream = stream.transport_stream
+    return stream.socket
+
+
 def remote_address(stream) -> str:
     """The peer of a trio socket stream, in Go's form."""
     try:
-        return format_address(stream.socket.getpeername())
+        return format_address(socket_of(stream).getpeername())
     except (AttributeError, OSError):
         return "unknown"

@@ -170,8 +170,8 @@ def test_repeatable_list():
     assert parse_args(FLAGS, ["--addr=a,b"]) == {"addr": ["a,b"]}
 
 
-def test_float_list_takes_commas_repeats_and_is_sorted():
-    assert parse_args(FLAGS, ["--pct=0.99,0.5", "--pct", "0.75"]) == {"pct": [0.5, 0.75, 0.99]}
+def test_float_list_takes_commas_repeats_and_is_sorted_descending():
+    assert parse_args(FLAGS, ["--pct=0.5,0.99", "--pct", "0.75"]) == {"pct": [0.99, 0.75, 0.5]}
 
 
 def test_double_dash_ends_the_flags():

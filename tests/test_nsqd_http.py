@@ -200,7 +200,7 @@ async def test_pub_with_defer_delivers_after_the_delay(nsqd, http):
 async def test_pub_with_defer_zero_delivers_at_once(nsqd, http):
     client = await consumer(nsqd)
     assert (await http.post("/pub?topic=t&defer=0", content=b"now")).status_code == 200
-    msg = await client.read_message(timeout=0.3)
+    msg = await client.read_message(timeout=1.0)
     assert msg.body == b"now"
 
 

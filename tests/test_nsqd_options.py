@@ -48,6 +48,26 @@ NSQ_DEFAULTS = {
     "min_output_buffer_timeout": 0.025,
     "output_buffer_timeout": 0.25,
     "max_channel_consumers": 0,
+    "https_address": "0.0.0.0:4152",
+    "auth_http_address": [],
+    "auth_http_request_method": "get",
+    "tls_cert": "",
+    "tls_key": "",
+    "tls_client_auth_policy": "",
+    "tls_root_ca_file": "",
+    "tls_required": 0,  # TLSNotRequired
+    "tls_min_version": 0x0301,  # tls.VersionTLS10
+    "deflate": True,
+    "max_deflate_level": 6,
+    "snappy": True,
+    "statsd_address": "",
+    "statsd_interval": 60.0,
+    "statsd_mem_stats": True,
+    "statsd_prefix": "nsq.%s",
+    "statsd_udp_packet_size": 508,
+    "statsd_exclude_ephemeral": False,
+    "e2e_processing_latency_percentile": [],
+    "e2e_processing_latency_window_time": 600.0,
 }
 
 

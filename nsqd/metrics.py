@@ -1,0 +1,84 @@
+"""GET /metrics: nsqd's stats in the Prometheus text exposition format (version 0.0.4).
+
+Not part of NSQ: the same numbers as /stats (and statsd), under Prometheus names. Counts
+that only grow are ``*_total`` counters (they restart from 0 if a topic or channel is
+deleted and created again, which Prometheus reads as a counter reset); the rest are
+gauges. End-to-end latency is a gauge per configured quantile, in seconds, over NSQ's
+sliding window: it is not a Prometheus summary, whose ``_count`` and ``_sum`` would have
+to grow forever. Topic and channel names need no escaping: NSQ allows only
+``[.a-zA-Z0-9_-]`` and ``#ephemeral`` in them.
+"""
+
+from common import VERSION
+
+from . import stats
+
+CONTENT_TYPE = ("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+
+TOPIC_METRICS = (
+    ("nsq_topic_depth", "gauge", "depth", "Messages queued in the topic, in memory and on disk."),
+    ("nsq_topic_backend_depth", "gauge", "backend_depth", "Messages queued in the topic on disk."),
+    ("nsq_topic_messages_total", "counter", "message_count", "Messages published to the topic."),
+    ("nsq_topic_message_bytes_total", "counter", "message_bytes", "Bytes of message bodies published to the topic."),
+    ("nsq_topic_paused", "gauge", "paused", "1 if the topic is paused."),
+)
+CHANNEL_METRICS = (
+    ("nsq_channel_depth", "gauge", "depth", "Messages queued in the channel, in memory and on disk."),
+    ("nsq_channel_backend_depth", "gauge", "backend_depth", "Messages queued in the channel on disk."),
+    ("nsq_channel_in_flight_messages", "gauge", "in_flight_count", "Messages delivered and not yet finished."),
+    ("nsq_channel_deferred_messages", "gauge", "deferred_count", "Messages waiting for their delay to pass."),
+    ("nsq_channel_messages_total", "counter", "message_count", "Messages the channel received from its topic."),
+    ("nsq_channel_requeues_total", "counter", "requeue_count", "Messages requeued (REQ, or the client left)."),
+    ("nsq_channel_timeouts_total", "counter", "timeout_count", "Messages requeued because their timeout passed."),
+    ("nsq_channel_clients", "gauge", "client_count", "Consumers subscribed to the channel."),
+    ("nsq_channel_paused", "gauge", "paused", "1 if the channel is paused."),
+)
+LATENCY_HELP = "End-to-end processing latency (publish to FIN) at a quantile, over the latency window."
+
+
+def exposition(nsqd) -> str:
+    """The whole /metrics page."""
+    document = stats.stats_document(nsqd, "", "", include_clients=False, include_mem=True)
+    topics = document["topics"]
+    channels = [(topic, channel) for topic in topics for channel in topic["channels"]]
+    out: list[str] = []
+    _family(out, "nsq_info", "gauge", "nsqd's version; always 1.", [(f'version="{VERSION}"', 1)])
+    _family(out, "nsq_healthy", "gauge", "1 if nsqd is healthy (GET /ping answers OK).",
+            [("", int(nsqd.is_healthy()))])
+    _family(out, "nsq_clients", "gauge", "TCP client connections.", [("", len(nsqd.connections))])
+    for name, kind, key, text in TOPIC_METRICS:
+        _family(out, name, kind, text, [(_topic_labels(topic), int(topic[key])) for topic in topics])
+    _family(out, "nsq_topic_e2e_processing_latency_seconds", "gauge", LATENCY_HELP + " Merged over the channels.",
+            [sample for topic in topics for sample in _latency(_topic_labels(topic), topic)])
+    for name, kind, key, text in CHANNEL_METRICS:
+        _family(out, name, kind, text,
+                [(_channel_labels(topic, channel), int(channel[key])) for topic, channel in channels])
+    _family(out, "nsq_channel_e2e_processing_latency_seconds", "gauge", LATENCY_HELP,
+            [sample for topic, channel in channels for sample in _latency(_channel_labels(topic, channel), channel)])
+    memory = document["memory"]
+    _family(out, "process_resident_memory_bytes", "gauge", "Resident memory of the nsqd process.",
+            [("", memory["heap_in_use_bytes"])])
+    _family(out, "process_start_time_seconds", "gauge", "When nsqd started, in seconds since the epoch.",
+            [("", nsqd.start_time)])
+    _family(out, "nsq_heap_objects", "gauge", "Memory blocks the Python allocator has handed out.",
+            [("", memory["heap_objects"])])
+    _family(out, "nsq_gc_runs_total", "counter", "Python garbage collector runs.", [("", memory["gc_total_runs"])])
+    return "".join(out)
+
+
+def _family(out: list[str], name: str, kind: str, text: str, samples: list[tuple[str, float]]) -> None:
+    out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
+    out += [f"{name}{{{labels}}} {value}\n" if labels else f"{name} {value}\n" for labels, value in samples]
+
+
+def _topic_labels(topic: dict) -> str:
+    return f'topic="{topic["topic_name"]}"'
+
+
+def _channel_labels(topic: dict, channel: dict) -> str:
+    return f'topic="{topic["topic_name"]}",channel="{channel["channel_name"]}"'
+
+
+def _latency(labels: str, stats_entry: dict) -> list[tuple[str, float]]:
+    return [(f'{labels},quantile="{item["quantile"]}"', item["value"] / 1e9)
+            for item in stats_entry["e2e_processing_latency"]["percentiles"] or []]
