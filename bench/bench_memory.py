@@ -8,7 +8,6 @@ nothing is delivered), publishes N messages with MPUB, then reads nsqd's VmRSS f
 """
 
 import argparse
-import subprocess
 import sys
 import time
 from pathlib import Path

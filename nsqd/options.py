@@ -2,11 +2,11 @@
 
 import hashlib
 import socket
-import tomllib
 import zlib
 from types import SimpleNamespace
 
-from common.goflags import Flag, FlagError, parse_args, parse_bool, resolve
+from common.goflags import Flag, FlagError, parse_args, parse_bool
+from serving.daemon import options_with, read_config, resolved_options
 from serving.listeners import parse_address
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
@@ -179,23 +179,6 @@ def validate_lookupd_address(address: str) -> None:
         raise FlagError(f"--lookupd-tcp-address: {address!r} is not host:port")
 
 
-def _read_config(path: str) -> dict:
-    if not path:
-        return {}
-    try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except OSError as exc:
-        raise FlagError(f"failed to load config file {path}: {exc.strerror}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise FlagError(f"failed to load config file {path}: {exc}") from exc
-
-
-def _resolved(given: dict, config: dict) -> SimpleNamespace:
-    resolved = resolve(FLAGS, given, config)
-    return SimpleNamespace(**resolved.values, unknown_config_keys=resolved.unknown_config_keys)
-
-
 def load_options(argv: list[str]) -> SimpleNamespace:
     """Resolve flags, config file and defaults into validated options, or raise FlagError.
 
@@ -204,21 +187,15 @@ def load_options(argv: list[str]) -> SimpleNamespace:
     """
     given = parse_args(FLAGS, [f"{arg}=true" if arg in _BOOL_FLAG_VALUES else arg for arg in argv])
     if given.get("version"):
-        return _resolved(given, {})
-    config = _read_config(given.get("config", ""))
+        return resolved_options(FLAGS, given, {})
+    config = read_config(given.get("config", ""))
     if isinstance(config.get("tls_required"), (bool, int)):
         config["tls_required"] = str(config["tls_required"]).lower()  # as Go's config.Validate
-    opts = _resolved(given, config)
+    opts = resolved_options(FLAGS, given, config)
     _validate(opts)
     return opts
 
 
 def default_options(**overrides) -> SimpleNamespace:
     """Defaults with overrides applied, for embedding nsqd in tests and benchmarks."""
-    opts = _resolved({}, {})
-    for name, value in overrides.items():
-        if not hasattr(opts, name):
-            raise FlagError(f"unknown option {name}")
-        setattr(opts, name, value)
-    _validate(opts)
-    return opts
+    return options_with(FLAGS, _validate, overrides)

@@ -1,10 +1,10 @@
 """nsqlookupd's flags, with NSQ v1.3's names and defaults (apps/nsqlookupd/options.go, nsqlookupd/options.go)."""
 
 import socket
-import tomllib
 from types import SimpleNamespace
 
-from common.goflags import Flag, FlagError, parse_args, resolve
+from common.goflags import Flag, FlagError, parse_args
+from serving.daemon import options_with, read_config, resolved_options
 from serving.listeners import parse_address
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
@@ -34,23 +34,6 @@ def _validate(opts: SimpleNamespace) -> None:
     parse_address(opts.http_address, "--http-address")
 
 
-def _read_config(path: str) -> dict:
-    if not path:
-        return {}
-    try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except OSError as exc:
-        raise FlagError(f"failed to load config file {path}: {exc.strerror}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise FlagError(f"failed to load config file {path}: {exc}") from exc
-
-
-def _resolved(given: dict, config: dict) -> SimpleNamespace:
-    resolved = resolve(FLAGS, given, config)
-    return SimpleNamespace(**resolved.values, unknown_config_keys=resolved.unknown_config_keys)
-
-
 def load_options(argv: list[str]) -> SimpleNamespace:
     """Resolve flags, config file and defaults into validated options, or raise FlagError.
 
@@ -59,18 +42,12 @@ def load_options(argv: list[str]) -> SimpleNamespace:
     """
     given = parse_args(FLAGS, argv)
     if given.get("version"):
-        return _resolved(given, {})
-    opts = _resolved(given, _read_config(given.get("config", "")))
+        return resolved_options(FLAGS, given, {})
+    opts = resolved_options(FLAGS, given, read_config(given.get("config", "")))
     _validate(opts)
     return opts
 
 
 def default_options(**overrides) -> SimpleNamespace:
     """Defaults with overrides applied, for embedding nsqlookupd in tests and benchmarks."""
-    opts = _resolved({}, {})
-    for name, value in overrides.items():
-        if not hasattr(opts, name):
-            raise FlagError(f"unknown option {name}")
-        setattr(opts, name, value)
-    _validate(opts)
-    return opts
+    return options_with(FLAGS, _validate, overrides)

@@ -1,0 +1,100 @@
+"""What every daemon's command shares: its config file, its options, and its ``main``.
+
+Each daemon declares its flags (common/goflags.Flag), a validation function and a daemon
+class with ``run(task_status=...)`` and ``stop()``; this module reads the TOML config,
+resolves options (flag > config > default), prints usage and versions, sets up NSQ-style
+logging, runs the daemon until SIGINT/SIGTERM, and turns start-up failures into a
+message and exit status 1.
+"""
+
+import logging
+import signal
+import sys
+import tomllib
+from types import SimpleNamespace
+from typing import Callable
+
+import trio
+
+from common import VERSION, lg
+from common.goflags import Flag, FlagError, resolve, usage
+
+
+def read_config(path: str) -> dict:
+    """The TOML config file's keys, or {} without one; FlagError if it cannot be used."""
+    if not path:
+        return {}
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise FlagError(f"failed to load config file {path}: {exc.strerror}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise FlagError(f"failed to load config file {path}: {exc}") from exc
+
+
+def resolved_options(flags: list[Flag], given: dict, config: dict) -> SimpleNamespace:
+    resolved = resolve(flags, given, config)
+    return SimpleNamespace(**resolved.values, unknown_config_keys=resolved.unknown_config_keys)
+
+
+def options_with(flags: list[Flag], validate: Callable, overrides: dict) -> SimpleNamespace:
+    """Defaults with overrides applied, validated: for embedding a daemon in tests and benchmarks."""
+    opts = resolved_options(flags, {}, {})
+    for name, value in overrides.items():
+        if not hasattr(opts, name):
+            raise FlagError(f"unknown option {name}")
+        setattr(opts, name, value)
+    validate(opts)
+    return opts
+
+
+async def _serve_until_signalled(make_daemon: Callable, opts, log: logging.Logger) -> None:
+    daemon = make_daemon(opts)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(daemon.run)
+            async for signum in signals:
+                log.info("received %s, exiting", signal.Signals(signum).name)
+                daemon.stop()
+                break
+
+
+def run_main(program: str, flags: list[Flag], load_options: Callable, make_daemon: Callable,
+             startup_errors: tuple, argv: list[str] | None, banner: Callable = lambda opts, log: None) -> int:
+    """A daemon's ``main``: the exit status (0, or 1 for bad flags and start-up failures)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg.lstrip("-") in ("h", "help") for arg in argv):
+        print(usage(program, flags), file=sys.stderr)
+        return 0
+    try:
+        opts = load_options(argv)
+    except FlagError as exc:
+        print(f"{program}: {exc}", file=sys.stderr)
+        return 1
+    if opts.version:
+        print(f"{program} v{VERSION} (built w/python{sys.version.split()[0]})")
+        return 0
+    log = lg.setup(program, opts.log_level, opts.log_prefix)
+    lg.setup("http", opts.log_level, opts.log_prefix)  # serving/: HTTP server and ASGI adapter errors
+    for key in opts.unknown_config_keys:
+        log.warning("config: ignoring unknown or unsupported key %r", key)
+    log.info("%s v%s (python %s)", program, VERSION, sys.version.split()[0])
+    banner(opts, log)
+    try:
+        trio.run(_serve_until_signalled, make_daemon, opts, log)
+    except (OSError, ValueError, ExceptionGroup) as exc:
+        errors = _leaves(exc)
+        if not all(isinstance(err, startup_errors) for err in errors):
+            raise
+        for err in errors:
+            log.critical("%s", err)
+        return 1
+    return 0
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (possibly nested) exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
