@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.workers import read_http_response  # noqa: E402
 from common.goflags import parse_duration  # noqa: E402
 from common.protocol_v1 import MAGIC_V1, Identify, Register, ResponseReader, is_error  # noqa: E402
 
@@ -88,24 +89,6 @@ def connect_peers(tcp_port: int, peers: int, registrations: int) -> tuple[list[s
     return socks, all_topics
 
 
-def read_response(sock: socket.socket, buf: bytearray) -> tuple[bytes, bytearray]:
-    """One whole response (head, Content-Length body); return its body and what follows it."""
-    while True:
-        head_end = buf.find(b"\r\n\r\n")
-        if head_end >= 0:
-            head = bytes(buf[:head_end]).lower()
-            length = int(head.split(b"content-length:")[1].split(b"\r\n")[0]) if b"content-length:" in head else 0
-            end = head_end + 4 + length
-            if len(buf) >= end:
-                if not head.startswith(b"http/1.1 200"):
-                    raise RuntimeError(bytes(buf[:end]).decode())
-                return bytes(buf[head_end + 4:end]), buf[end:]
-        data = sock.recv(65536)
-        if not data:
-            raise ConnectionError("nsqlookupd closed the connection")
-        buf += data
-
-
 def client(http_port: int, topics: list[str], start: float, deadline: float, seed: int, result) -> None:
     rng = random.Random(seed)
     sock = socket.create_connection(("127.0.0.1", http_port))
@@ -114,13 +97,13 @@ def client(http_port: int, topics: list[str], start: float, deadline: float, see
                 for topic in topics]
     buf = bytearray()
     sock.sendall(requests[0])
-    body, buf = read_response(sock, buf)
+    body, buf = read_http_response(sock, buf)
     answer = json.loads(body)
     assert answer["producers"] and len(answer["channels"]) == CHANNELS_PER_TOPIC, answer
     latencies = []
     while (now := time.monotonic()) < deadline:
         sock.sendall(rng.choice(requests))
-        _, buf = read_response(sock, buf)
+        _, buf = read_http_response(sock, buf)
         if now >= start:
             latencies.append(time.monotonic() - now)
     sock.close()

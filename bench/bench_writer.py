@@ -8,7 +8,6 @@ Prints messages/s and MB/s over the whole run.
 """
 
 import argparse
-import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -17,10 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.nsq_socket import add_feature_flags, connect, features  # noqa: E402
 from common.commands import Mpub  # noqa: E402
+from bench.workers import run_workers  # noqa: E402
 from common.goflags import parse_duration  # noqa: E402
 
 
-def publish(address: str, topic: str, size: int, batch_size: int, deadline: float, feature_values: dict,
+def publish(address: str, topic: str, size: int, batch_size: int, feature_values: dict, deadline: float,
             result) -> None:
     conn = connect(address, feature_values)
     batch = Mpub(topic, [b"a" * size] * batch_size).to_bytes()
@@ -43,19 +43,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=2)
     add_feature_flags(parser)
     args = parser.parse_args()
-    runfor = parse_duration(args.runfor)
-    result = multiprocessing.Queue()
-    start = time.monotonic()
-    deadline = start + runfor
-    workers = [multiprocessing.Process(target=publish, args=(args.nsqd_tcp_address, args.topic, args.size,
-                                                             args.batch_size, deadline, features(args), result))
-               for _ in range(args.connections)]
-    for worker in workers:
-        worker.start()
-    total = sum(result.get() for _ in workers)
-    for worker in workers:
-        worker.join()
-    elapsed = time.monotonic() - start
+    total, elapsed = run_workers(publish, (args.nsqd_tcp_address, args.topic, args.size, args.batch_size,
+                                           features(args)), args.connections, parse_duration(args.runfor))
     print(f"duration: {elapsed:.3f}s - {total * args.size / elapsed / 1024 / 1024:.3f}mb/s - "
           f"{total / elapsed:.3f}ops/s - {elapsed / total * 1e6:.3f}us/op")
 

@@ -225,12 +225,7 @@ class HTTPAPI:
 
     def topic_pause(self, request: Request) -> Response:
         topic = self._existing_topic(self._topic_arg(parse_query(request.query), validate=False))
-        if "unpause" in request.path:
-            topic.unpause()
-        else:
-            topic.pause()
-        self.nsqd.save_metadata()  # before answering, as nsqd does, so a crash keeps the state
-        return v1_ok()
+        return self._set_paused(topic, request)
 
     def channel_create(self, request: Request) -> Response:
         topic, channel_name = self._topic_and_channel(request)
@@ -250,11 +245,14 @@ class HTTPAPI:
 
     def channel_pause(self, request: Request) -> Response:
         topic, channel_name = self._topic_and_channel(request)
-        channel = self._existing_channel(topic, channel_name)
+        return self._set_paused(self._existing_channel(topic, channel_name), request)
+
+    def _set_paused(self, target, request: Request) -> Response:
+        """Pause or unpause a topic or channel (by the route's name) and save nsqd.dat."""
         if "unpause" in request.path:
-            channel.unpause()
+            target.unpause()
         else:
-            channel.pause()
+            target.pause()
         self.nsqd.save_metadata()  # before answering, as nsqd does, so a crash keeps the state
         return v1_ok()
 
