@@ -1,1 +1,1 @@
-"""nsqadmin: not implemented yet (see the issue tracker)."""
+"""nsqadmin: the web UI and JSON API for an NSQ cluster (Starlette + Jinja2 on uvicorn, httpx upstream)."""

@@ -15,6 +15,7 @@ from common.errors import ClientError
 from common.goflags import FlagError
 from common.names import is_valid_name
 from common.protocol_v2 import parse_mpub_body
+from serving.daemon import option_value
 from serving.http import Request, Response
 from serving.v1 import BOOL_PARAMS, TEXT_TYPE, V1_HEADER, HTTPError, parse_query, v1_error, v1_ok
 
@@ -23,7 +24,6 @@ from .options import FLAGS, LOG_LEVELS, validate_lookupd_address
 
 log = logging.getLogger("nsqd")
 
-APP_ONLY_FLAGS = {"version", "config"}
 GO_INT = re.compile(r"[+-]?[0-9]+")  # strconv.ParseInt(s, 10, 64): no spaces, underscores or non-ASCII digits
 
 
@@ -265,7 +265,7 @@ class HTTPAPI:
             if request.body_too_big or not body or len(body) > opts.max_msg_size:
                 raise HTTPError(413, "INVALID_VALUE")
             set_option(self.nsqd, option, body)
-        value = option_value(opts, option)
+        value = option_value(FLAGS, opts, option)
         if value is None:
             raise HTTPError(400, "INVALID_OPTION")
         return v1_ok(value)
@@ -278,20 +278,6 @@ def tls_required_handler(nsqd):
         body = f'{{"message": "TLS_REQUIRED", "https_port": {nsqd.https_port}}}'.encode()
         return Response(403, body, [V1_HEADER, TEXT_TYPE])
     return refuse
-
-
-def option_value(opts, option: str):
-    """An option by its config-file name, as nsqd's JSON shows it (durations in ns,
-    the log level as lg.LogLevel's number); None if there is no such option."""
-    for flag in FLAGS:
-        if flag.key == option and flag.key not in APP_ONLY_FLAGS:
-            value = getattr(opts, flag.attr)
-            if flag.attr == "log_level":
-                return LOG_LEVELS.index(value) + 1
-            if flag.kind == "duration":
-                return round(value * 1e9)
-            return value
-    return None
 
 
 def set_option(nsqd, option: str, body: bytes) -> None:

@@ -1,12 +1,15 @@
 """What every daemon's command shares: its config file, its options, and its ``main``.
 
 Each daemon declares its flags (common/goflags.Flag), a validation function and a daemon
-class with ``run(task_status=...)`` and ``stop()``; this module reads the TOML config,
-resolves options (flag > config > default), prints usage and versions, sets up NSQ-style
-logging, runs the daemon until SIGINT/SIGTERM, and turns start-up failures into a
-message and exit status 1.
+class with ``run()`` and ``stop()``; this module reads the TOML config, resolves options
+(flag > config > default), prints usage and versions, sets up NSQ-style logging, runs the
+daemon until SIGINT/SIGTERM, and turns start-up failures into a message and exit status 1.
+
+nsqd and nsqlookupd run on trio (``run(task_status=...)``, :func:`serve_with_trio`);
+nsqadmin runs on asyncio under uvicorn (``async run()``, :func:`serve_with_asyncio`).
 """
 
+import asyncio
 import logging
 import signal
 import sys
@@ -49,6 +52,20 @@ def options_with(flags: list[Flag], validate: Callable, overrides: dict) -> Simp
     return opts
 
 
+def option_value(flags: list[Flag], opts, option: str):
+    """An option by its config-file name, as NSQ's ``GET /config/:opt`` shows it (durations
+    in ns, the log level as lg.LogLevel's number); None if the daemon has no such option."""
+    for flag in flags:
+        if flag.key == option and flag.key not in ("version", "config"):
+            value = getattr(opts, flag.attr)
+            if flag.attr == "log_level":
+                return list(lg.LEVELS).index(value) + 1
+            if flag.kind == "duration":
+                return round(value * 1e9)
+            return value
+    return None
+
+
 async def _serve_until_signalled(make_daemon: Callable, opts, log: logging.Logger) -> None:
     daemon = make_daemon(opts)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -60,8 +77,30 @@ async def _serve_until_signalled(make_daemon: Callable, opts, log: logging.Logge
                 break
 
 
+def serve_with_trio(make_daemon: Callable, opts, log: logging.Logger) -> None:
+    trio.run(_serve_until_signalled, make_daemon, opts, log)
+
+
+async def _serve_asyncio_until_signalled(make_daemon: Callable, opts, log: logging.Logger) -> None:
+    daemon = make_daemon(opts)
+
+    def on_signal(signum: int) -> None:
+        log.info("received %s, exiting", signal.Signals(signum).name)
+        daemon.stop()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    await daemon.run()
+
+
+def serve_with_asyncio(make_daemon: Callable, opts, log: logging.Logger) -> None:
+    asyncio.run(_serve_asyncio_until_signalled(make_daemon, opts, log))
+
+
 def run_main(program: str, flags: list[Flag], load_options: Callable, make_daemon: Callable,
-             startup_errors: tuple, argv: list[str] | None, banner: Callable = lambda opts, log: None) -> int:
+             startup_errors: tuple, argv: list[str] | None, banner: Callable = lambda opts, log: None,
+             serve: Callable = serve_with_trio) -> int:
     """A daemon's ``main``: the exit status (0, or 1 for bad flags and start-up failures)."""
     argv = sys.argv[1:] if argv is None else argv
     if any(arg.lstrip("-") in ("h", "help") for arg in argv):
@@ -82,7 +121,7 @@ def run_main(program: str, flags: list[Flag], load_options: Callable, make_daemo
     log.info("%s v%s (python %s)", program, VERSION, sys.version.split()[0])
     banner(opts, log)
     try:
-        trio.run(_serve_until_signalled, make_daemon, opts, log)
+        serve(make_daemon, opts, log)
     except (OSError, ValueError, ExceptionGroup) as exc:
         errors = _leaves(exc)
         if not all(isinstance(err, startup_errors) for err in errors):

@@ -124,18 +124,7 @@ class Server(NsqdProcess):
         self.data_path = str(data_path)
         super().__init__(f"--data-path={data_path}", *flags)
         _started.append(self)
-        self.http_port = self._http_port()
         self.http = f"http://127.0.0.1:{self.http_port}"
-
-    def _http_port(self) -> int:
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            for line in list(self.log_lines):
-                match = re.search(r"HTTP: listening on 127\.0\.0\.1:(\d+)", line)
-                if match:
-                    return int(match.group(1))
-            time.sleep(0.01)
-        raise RuntimeError("no HTTP listener in the log:\n" + "".join(self.log_lines))
 
     def signal(self, signum: int) -> int:
         """Send ``signum``; the exit code (negative: killed by a signal)."""
@@ -147,8 +136,6 @@ class Server(NsqdProcess):
     def kill(self) -> None:
         assert self.signal(signal.SIGKILL) == -signal.SIGKILL
 
-    def log(self) -> str:
-        return "".join(self.log_lines)
 
 
 def restart(server: Server, *flags: str, signum: int = signal.SIGTERM) -> Server:

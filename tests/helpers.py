@@ -1,7 +1,9 @@
 """Test clients that speak the V2 protocol over real sockets, built on common/'s codec."""
 
+import functools
 import json
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -94,40 +96,66 @@ class RawClient:
         await self.stream.aclose()
 
 
-class NsqdProcess:
-    """A real nsqd process on an ephemeral loopback port."""
+class DaemonProcess:
+    """A real ``python -m <module>`` daemon; its log is kept, its listening ports read from it."""
 
-    def __init__(self, *args: str):
-        self.args = ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *args]
-        self.proc = subprocess.Popen([sys.executable, "-m", "nsqd", *self.args], cwd=ROOT,
+    def __init__(self, module: str, args: list[str], listeners: tuple[str, ...]):
+        self.args = args
+        self.proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT,
                                      stderr=subprocess.PIPE, text=True)
         self.log_lines: list[str] = []
-        self.tcp_port = self._wait_for_port()
-        self.tcp_address = f"127.0.0.1:{self.tcp_port}"
+        self.ports = self._wait_for_ports(module, listeners)
         self._log_reader = threading.Thread(target=self._keep_log, daemon=True)
         self._log_reader.start()
 
     def _keep_log(self) -> None:
-        """Read the log as it comes, so nsqd never blocks on a full stderr pipe."""
+        """Read the log as it comes, so the daemon never blocks on a full stderr pipe."""
         for line in self.proc.stderr:
             self.log_lines.append(line)
 
-    def _wait_for_port(self) -> int:
+    def _wait_for_ports(self, module: str, listeners: tuple[str, ...]) -> dict[str, int]:
+        ports: dict[str, int] = {}
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and len(ports) < len(listeners):
             line = self.proc.stderr.readline()
             if not line:
                 break
             self.log_lines.append(line)
-            match = re.search(r"TCP: listening on 127\.0\.0\.1:(\d+)", line)
-            if match:
-                return int(match.group(1))
-        self.proc.kill()
-        raise RuntimeError("nsqd did not start:\n" + "".join(self.log_lines))
+            match = re.search(r"(TCP|HTTP): listening on 127\.0\.0\.1:(\d+)", line)
+            if match and match.group(1) in listeners:
+                ports[match.group(1)] = int(match.group(2))
+        if len(ports) < len(listeners):
+            self.proc.kill()
+            raise RuntimeError(f"{module} did not start:\n" + "".join(self.log_lines))
+        return ports
 
-    def stop(self) -> int:
+    def log(self) -> str:
+        return "".join(self.log_lines)
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.send_signal(signum)
         code = self.proc.wait(timeout=15)
         self._log_reader.join(timeout=5)
         return code
+
+
+class NsqdProcess(DaemonProcess):
+    """A real nsqd process on an ephemeral loopback port."""
+
+    def __init__(self, *args: str):
+        super().__init__("nsqd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *args], ("TCP",))
+        self.tcp_port = self.ports["TCP"]
+        self.tcp_address = f"127.0.0.1:{self.tcp_port}"
+
+    @functools.cached_property
+    def http_port(self) -> int:
+        """The HTTP port nsqd logged it listens on."""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            for line in list(self.log_lines):
+                match = re.search(r"HTTP: listening on 127\.0\.0\.1:(\d+)", line)
+                if match:
+                    return int(match.group(1))
+            time.sleep(0.01)
+        raise RuntimeError("no HTTP listener in the log:\n" + "".join(self.log_lines))

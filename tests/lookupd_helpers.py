@@ -2,13 +2,6 @@
 a V1 peer on a real socket built on common/protocol_v1, and a real nsqlookupd process."""
 
 import json
-import re
-import signal
-import subprocess
-import sys
-import threading
-import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -18,7 +11,8 @@ from common.protocol_v1 import MAGIC_V1, Identify, Ping, Register, ResponseReade
 from nsqlookupd.nsqlookupd import NSQLookupd
 from nsqlookupd.options import default_options
 
-ROOT = Path(__file__).resolve().parent.parent
+from .helpers import DaemonProcess
+
 SECOND = 10**9
 
 
@@ -137,41 +131,10 @@ async def http(lookupd):
         yield client
 
 
-class LookupdProcess:
+class LookupdProcess(DaemonProcess):
     """A real ``python -m nsqlookupd`` on ephemeral loopback ports."""
 
     def __init__(self, *args: str):
-        self.args = ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *args]
-        self.proc = subprocess.Popen([sys.executable, "-m", "nsqlookupd", *self.args], cwd=ROOT,
-                                     stderr=subprocess.PIPE, text=True)
-        self.log_lines: list[str] = []
-        self.tcp_port, self.http_port = self._wait_for_ports()
-        self._log_reader = threading.Thread(target=self._keep_log, daemon=True)
-        self._log_reader.start()
-
-    def _keep_log(self) -> None:
-        for line in self.proc.stderr:
-            self.log_lines.append(line)
-
-    def _wait_for_ports(self) -> tuple[int, int]:
-        ports = {}
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and len(ports) < 2:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            self.log_lines.append(line)
-            match = re.search(r"(TCP|HTTP): listening on 127\.0\.0\.1:(\d+)", line)
-            if match:
-                ports[match.group(1)] = int(match.group(2))
-        if len(ports) < 2:
-            self.proc.kill()
-            raise RuntimeError("nsqlookupd did not start:\n" + "".join(self.log_lines))
-        return ports["TCP"], ports["HTTP"]
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signum)
-        code = self.proc.wait(timeout=15)
-        self._log_reader.join(timeout=5)
-        return code
+        super().__init__("nsqlookupd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *args],
+                         ("TCP", "HTTP"))
+        self.tcp_port, self.http_port = self.ports["TCP"], self.ports["HTTP"]

@@ -16,7 +16,8 @@ from common.goflags import FlagError
 from common.protocol_v1 import MAGIC_V1, Identify, Register, ResponseReader
 from nsqlookupd.options import FLAGS, default_options, load_options
 
-from .lookupd_helpers import ROOT, LookupdProcess, peer_info
+from .helpers import ROOT
+from .lookupd_helpers import LookupdProcess, peer_info
 
 # NSQ v1.3.0's defaults (apps/nsqlookupd/options.go, nsqlookupd/options.go); durations in seconds.
 NSQ_DEFAULTS = {

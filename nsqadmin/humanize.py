@@ -1,0 +1,69 @@
+"""Numbers as operators read them: thousands separators, human durations, percentile labels.
+
+Jinja2 filters for nsqadmin's pages (NSQ's handlebars helpers commafy, nanotohuman,
+floatToPercent and percSuffix, in the same spirit).
+"""
+
+from urllib.parse import quote
+
+_NS_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"))
+_SPANS = ((86400, "d"), (3600, "h"), (60, "m"), (1, "s"))
+
+
+def commafy(value) -> str:
+    """``1234567`` -> ``1,234,567``."""
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.2f}"
+    return f"{int(value):,}"
+
+
+def nanotohuman(ns) -> str:
+    """A latency in nanoseconds: ``850.0µs``, ``1.2ms``, ``3.45s``, ``2m5s``."""
+    ns = float(ns)
+    if ns >= 60 * 1_000_000_000:
+        return human_duration(ns / 1_000_000_000)
+    for scale, unit in _NS_UNITS:
+        if ns >= scale:
+            value = ns / scale
+            return f"{value:.2f}{unit}" if value < 10 else f"{value:.1f}{unit}"
+    return f"{int(ns)}ns"
+
+
+def human_duration(seconds) -> str:
+    """A span in its two largest units: ``3d4h``, ``5h12m``, ``4m3s``, ``12s``."""
+    seconds = max(0, int(seconds))
+    if seconds == 0:
+        return "0s"
+    parts = []
+    for size, unit in _SPANS:
+        if seconds >= size or parts:
+            amount, seconds = divmod(seconds, size)
+            parts.append(f"{amount}{unit}")
+        if len(parts) == 2:
+            break
+    if len(parts) == 2 and parts[1].startswith("0"):
+        parts.pop()
+    return "".join(parts)
+
+
+def percentile_label(quantile) -> str:
+    """``0.99`` -> ``p99``, ``0.999`` -> ``p99.9``, ``1.0`` -> ``max``."""
+    quantile = float(quantile)
+    if quantile >= 1:
+        return "max"
+    label = f"{quantile * 100:.4f}".rstrip("0").rstrip(".")
+    return f"p{label}"
+
+
+def path_segment(value: str) -> str:
+    """A topic, channel or node name as one URL path segment (``#`` and ``/`` escaped)."""
+    return quote(value, safe="")
+
+
+FILTERS = {
+    "commafy": commafy,
+    "nanotohuman": nanotohuman,
+    "human_duration": human_duration,
+    "percentile_label": percentile_label,
+    "segment": path_segment,
+}

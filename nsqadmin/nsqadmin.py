@@ -1,0 +1,100 @@
+"""The daemon: its upstream client, its Starlette app, and uvicorn serving it (nsqadmin/nsqadmin.go).
+
+``run`` binds the HTTP address itself (so a port in use is a start-up error with NSQ's
+exit status, not uvicorn's), serves the app with uvicorn on asyncio until ``stop()``,
+then lets notifications still on the way finish and closes the upstream client.
+"""
+
+import logging
+import socket
+
+import uvicorn
+
+from common import lg
+from serving.listeners import format_address, parse_address
+
+from .actions import Operator
+from .app import build_app
+from .clusterinfo import ClusterInfo
+from .notify import Notifier
+from .options import allowed_config_network
+from .upstream import Upstream, client_ssl_context
+
+log = logging.getLogger("nsqadmin")
+
+GRACEFUL_SHUTDOWN_SECONDS = 5
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: serving/daemon.py owns SIGINT and SIGTERM."""
+
+    def capture_signals(self):
+        return _NoSignals()
+
+
+class _NoSignals:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return False
+
+
+def bind(address: str) -> socket.socket:
+    """A listening socket for ``host:port`` or a unix socket path; OSError if it cannot listen."""
+    parsed = parse_address(address, "--http-address")
+    if isinstance(parsed, str):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(parsed)
+    else:
+        host, port = parsed
+        info = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(info[0], socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(info[4])
+    sock.listen(socket.SOMAXCONN)
+    sock.setblocking(False)
+    return sock
+
+
+class NSQAdmin:
+    def __init__(self, opts):
+        self.opts = opts
+        self.config_network = allowed_config_network(opts.allow_config_from_cidr)
+        ssl_context = None
+        if opts.http_client_tls_insecure_skip_verify or opts.http_client_tls_root_ca_file or opts.http_client_tls_cert:
+            ssl_context = client_ssl_context(opts.http_client_tls_insecure_skip_verify, opts.http_client_tls_root_ca_file,
+                                             opts.http_client_tls_cert, opts.http_client_tls_key)
+        self.upstream = Upstream(opts.http_client_connect_timeout, opts.http_client_request_timeout, ssl_context)
+        self.ci = ClusterInfo(self.upstream, opts)
+        self.notifier = Notifier(opts.notification_http_endpoint, self.upstream)
+        self.operator = Operator(self.ci, self.notifier)
+        self.http_port = 0
+        self._server: _Server | None = None
+        self._stopping = False
+
+    async def run(self) -> None:
+        """Serve until ``stop()``."""
+        sock = bind(self.opts.http_address)
+        name = sock.getsockname()
+        self.http_port = name[1] if isinstance(name, tuple) else -1
+        log.info("HTTP: listening on %s", format_address(name))
+        config = uvicorn.Config(build_app(self), log_config=None, access_log=False, lifespan="off",
+                                http="httptools", server_header=False,
+                                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
+        lg.setup("uvicorn.error", "warn" if self.opts.log_level in ("debug", "info") else self.opts.log_level,
+                 self.opts.log_prefix)
+        self._server = _Server(config)
+        self._server.should_exit = self._stopping
+        try:
+            await self._server.serve(sockets=[sock])
+        finally:
+            log.info("HTTP: closing %s", format_address(name))
+            await self.notifier.drain()
+            await self.upstream.aclose()
+        log.info("NSQ: bye")
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._server is not None:
+            self._server.should_exit = True

@@ -1,0 +1,125 @@
+"""nsqadmin's flags, with NSQ v1.3's names, defaults and config keys (apps/nsqadmin/main.go,
+nsqadmin/options.go), and the checks nsqadmin.New makes before it starts."""
+
+import ipaddress
+import posixpath
+from types import SimpleNamespace
+from urllib.parse import urlsplit
+
+from common.goflags import Flag, FlagError, parse_args
+from serving.daemon import options_with, read_config, resolved_options
+from serving.listeners import parse_address
+
+LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
+
+FLAGS = [
+    Flag("config", "str", "", "path to config file"),
+    Flag("version", "bool", False, "print version string"),
+    Flag("log-level", "str", "info", "set log verbosity: debug, info, warn, error, or fatal"),
+    Flag("log-prefix", "str", "[nsqadmin] ", "log message prefix"),
+    Flag("verbose", "bool", False, "[deprecated] has no effect, use --log-level"),
+    Flag("http-address", "str", "0.0.0.0:4171", "<addr>:<port> to listen on for HTTP clients"),
+    Flag("base-path", "str", "/", "URL base path"),
+    Flag("dev-static-dir", "str", "", "(development use only)"),
+    Flag("graphite-url", "str", "", "graphite HTTP address"),
+    Flag("proxy-graphite", "bool", False, "proxy HTTP requests to graphite"),
+    Flag("statsd-counter-format", "str", "stats.counters.%s.count",
+         "The counter stats key formatting applied by the implementation of statsd. "
+         "If no formatting is desired, set this to an empty string."),
+    Flag("statsd-gauge-format", "str", "stats.gauges.%s",
+         "The gauge stats key formatting applied by the implementation of statsd. "
+         "If no formatting is desired, set this to an empty string."),
+    Flag("statsd-prefix", "str", "nsq.%s", "prefix used for keys sent to statsd (%s for host replacement, must match nsqd)"),
+    Flag("statsd-interval", "duration", 60.0, "time interval nsqd is configured to push to statsd (must match nsqd)"),
+    Flag("notification-http-endpoint", "str", "",
+         "HTTP endpoint (fully qualified) to which POST notifications of admin actions will be sent"),
+    Flag("http-client-connect-timeout", "duration", 2.0, "timeout for HTTP connect"),
+    Flag("http-client-request-timeout", "duration", 5.0, "timeout for HTTP request"),
+    Flag("http-client-tls-insecure-skip-verify", "bool", False,
+         "configure the HTTP client to skip verification of TLS certificates"),
+    Flag("http-client-tls-root-ca-file", "str", "", "path to CA file for the HTTP client"),
+    Flag("http-client-tls-cert", "str", "", "path to certificate file for the HTTP client"),
+    Flag("http-client-tls-key", "str", "", "path to key file for the HTTP client"),
+    Flag("allow-config-from-cidr", "str", "127.0.0.1/8", "A CIDR from which to allow HTTP requests to the /config endpoint"),
+    Flag("acl-http-header", "str", "X-Forwarded-User", "HTTP header to check for authenticated admin users"),
+    Flag("lookupd-http-address", "list", [], "lookupd HTTP address (may be given multiple times)",
+         cfg_key="nsqlookupd_http_addresses"),
+    Flag("nsqd-http-address", "list", [], "nsqd HTTP address (may be given multiple times)",
+         cfg_key="nsqd_http_addresses"),
+    Flag("admin-user", "list", [],
+         "admin user (may be given multiple times; if specified, only these users will be able to perform "
+         "privileged actions; acl-http-header is used to determine the authenticated user)",
+         cfg_key="admin_users"),
+]
+
+
+def normalize_base_path(path: str) -> str:
+    """A leading ``/`` and Go's path.Clean: ``admin/`` -> ``/admin``, ``""`` -> ``/``."""
+    if not path:
+        return "/"
+    if not path.startswith("/"):
+        path = "/" + path
+    return "/" + posixpath.normpath(path).lstrip("/")  # normpath keeps POSIX's "//" root; Go's Clean does not
+
+
+def check_http_address(address: str, flag: str) -> None:
+    """An upstream ``host:port`` (nsqadmin adds the scheme, as NSQ's clusterinfo does)."""
+    if "://" in address:
+        raise FlagError(f"failed to resolve {flag} ({address}) - give host:port, without a scheme")
+    host, colon, port = address.rpartition(":")
+    if not colon or not host or not port.isdigit() or int(port) > 65535:
+        raise FlagError(f"failed to resolve {flag} ({address}) - missing or invalid port in address")
+
+
+def allowed_config_network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    if not cidr:
+        return None
+    if "/" not in cidr:
+        raise FlagError(f"failed to parse --allow-config-from-cidr ({cidr}) - invalid CIDR address: {cidr}")
+    try:
+        return ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        raise FlagError(f"failed to parse --allow-config-from-cidr ({cidr}) - invalid CIDR address: {cidr}") from None
+
+
+def _validate(opts: SimpleNamespace) -> None:
+    level = opts.log_level.lower() if isinstance(opts.log_level, str) else opts.log_level
+    if level not in LOG_LEVELS:
+        raise FlagError(f"invalid log level {opts.log_level!r}: use one of {', '.join(LOG_LEVELS)}")
+    opts.log_level = level
+    if not opts.nsqd_http_address and not opts.lookupd_http_address:
+        raise FlagError("--nsqd-http-address or --lookupd-http-address required")
+    if opts.nsqd_http_address and opts.lookupd_http_address:
+        raise FlagError("use --nsqd-http-address or --lookupd-http-address not both")
+    if opts.http_client_tls_cert and not opts.http_client_tls_key:
+        raise FlagError("--http-client-tls-key must be specified with --http-client-tls-cert")
+    if opts.http_client_tls_key and not opts.http_client_tls_cert:
+        raise FlagError("--http-client-tls-cert must be specified with --http-client-tls-key")
+    for address in opts.lookupd_http_address:
+        check_http_address(address, "--lookupd-http-address")
+    for address in opts.nsqd_http_address:
+        check_http_address(address, "--nsqd-http-address")
+    if opts.proxy_graphite or opts.graphite_url:
+        parts = urlsplit(opts.graphite_url)
+        if opts.graphite_url and (parts.scheme not in ("http", "https") or not parts.netloc):
+            raise FlagError(f"failed to parse --graphite-url ({opts.graphite_url}) - want http(s)://host[:port]")
+    allowed_config_network(opts.allow_config_from_cidr)
+    if opts.notification_http_endpoint and urlsplit(opts.notification_http_endpoint).scheme not in ("http", "https"):
+        raise FlagError(f"--notification-http-endpoint ({opts.notification_http_endpoint}) must be a full http(s):// URL")
+    opts.base_path = normalize_base_path(opts.base_path)
+    parse_address(opts.http_address, "--http-address")
+
+
+def load_options(argv: list[str]) -> SimpleNamespace:
+    """Resolve flags, config file and defaults into validated options, or raise FlagError."""
+    given = parse_args(FLAGS, argv)
+    if given.get("version"):
+        return resolved_options(FLAGS, given, {})
+    opts = resolved_options(FLAGS, given, read_config(given.get("config", "")))
+    _validate(opts)
+    return opts
+
+
+def default_options(**overrides) -> SimpleNamespace:
+    """Defaults with overrides applied, for embedding nsqadmin in tests and benchmarks."""
+    return options_with(FLAGS, _validate, overrides)

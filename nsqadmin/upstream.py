@@ -1,0 +1,158 @@
+"""nsqadmin's HTTP client for nsqd and nsqlookupd (internal/http_api/api_request.go), on httpx.
+
+One pooled ``httpx.AsyncClient`` for the whole process, with NSQ's deadlines: a connect
+timeout and a request timeout that bounds the whole exchange, body included. V1 requests
+send ``Accept: application/vnd.nsq; version=1.0``; an answer other than 200 is an error
+``got response <status> "<body>"``, except a 403 from a plain-HTTP address, which is
+retried over HTTPS at the ``https_port`` the answer names (nsqd with --tls-required).
+
+Errors read like Go's (``Get "http://host/stats?format=json": dial tcp host: connect:
+connection refused``) because nsqadmin shows them to operators and returns them in
+its API's ``message``.
+"""
+
+import asyncio
+import json
+import os
+import socket
+import ssl
+from http import HTTPStatus
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from common.goquote import go_quote
+
+ACCEPT_V1 = {"Accept": "application/vnd.nsq; version=1.0"}
+
+
+class UpstreamError(Exception):
+    """A request to an nsqd or nsqlookupd that failed; the text says where and why, and
+    ``code`` is the daemon's V1 error code (``TOPIC_NOT_FOUND``) when it answered with one."""
+
+    def __init__(self, text: str, code: str = ""):
+        super().__init__(text)
+        self.code = code
+
+
+def _error_code(body: bytes) -> str:
+    try:
+        message = json.loads(body).get("message")
+    except (ValueError, AttributeError):
+        return ""
+    return message if isinstance(message, str) else ""
+
+
+def client_ssl_context(insecure_skip_verify: bool, root_ca_file: str, cert_file: str, key_file: str) -> ssl.SSLContext:
+    """The TLS settings of --http-client-tls-*; OSError/SSLError if a file cannot be used."""
+    context = ssl.create_default_context(cafile=root_ca_file or None)
+    if insecure_skip_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file)
+    return context
+
+
+def _status_line(status: int) -> str:
+    try:
+        return f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return str(status)
+
+
+def _causes(exc: BaseException):
+    while exc is not None:
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _dial_error(url: str, exc: Exception) -> str:
+    """What Go's dialer says: ``dial tcp host:port: connect: connection refused``."""
+    parts = urlsplit(url)
+    if isinstance(exc, httpx.ConnectTimeout):
+        return f"dial tcp {parts.netloc}: i/o timeout"
+    for cause in _causes(exc):
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"tls: failed to verify certificate: {cause.verify_message} (CERTIFICATE_VERIFY_FAILED)"
+        if isinstance(cause, ssl.SSLError):
+            return f"tls: {cause.reason or cause}"
+        if isinstance(cause, socket.gaierror):
+            return f"dial tcp: lookup {parts.hostname}: no such host"
+        if isinstance(cause, OSError) and cause.errno:
+            return f"dial tcp {parts.netloc}: connect: {os.strerror(cause.errno).lower()}"
+    return f"dial tcp {parts.netloc}: {exc or type(exc).__name__}"
+
+
+def _failure(method: str, url: str, exc: Exception) -> UpstreamError:
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        reason = _dial_error(url, exc)
+    elif isinstance(exc, TimeoutError | httpx.TimeoutException):
+        reason = "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+    elif isinstance(exc, httpx.RemoteProtocolError):
+        reason = "EOF"
+    else:
+        reason = str(exc) or type(exc).__name__
+    return UpstreamError(f'{method.title()} "{url}": {reason}')
+
+
+def _https_url(url: str, body: bytes) -> str | None:
+    """Where a 403 ``{"https_port": N}`` from nsqd says to go instead."""
+    try:
+        port = json.loads(body).get("https_port")
+    except (ValueError, AttributeError):
+        return None
+    if type(port) is not int or not 0 < port < 65536:
+        return None
+    parts = urlsplit(url)
+    return urlunsplit(("https", f"{parts.hostname}:{port}", parts.path, parts.query, ""))
+
+
+class Upstream:
+    """V1 GETs and POSTs to the cluster's daemons, each bounded by the request timeout."""
+
+    def __init__(self, connect_timeout: float, request_timeout: float, ssl_context: ssl.SSLContext | None = None):
+        self.request_timeout = request_timeout
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(request_timeout, connect=connect_timeout),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=128),
+            verify=ssl_context if ssl_context is not None else True,
+        )
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def _exchange(self, method: str, url: str, content: bytes | None = None,
+                        headers: dict | None = None) -> httpx.Response:
+        try:
+            async with asyncio.timeout(self.request_timeout):
+                return await self.client.request(method, url, content=content, headers=headers)
+        except (httpx.HTTPError, TimeoutError, OSError, ssl.SSLError) as exc:
+            raise _failure(method, url, exc) from exc
+
+    async def _v1(self, method: str, url: str) -> bytes:
+        response = await self._exchange(method, url, headers=ACCEPT_V1)
+        if response.status_code == 403 and url.startswith("http:"):
+            https = _https_url(url, response.content)
+            if https is not None:
+                return await self._v1(method, https)
+        if response.status_code != 200:
+            raise UpstreamError(f"got response {_status_line(response.status_code)} {go_quote(response.content)}",
+                                _error_code(response.content))
+        return response.content
+
+    async def get_v1(self, url: str):
+        """The JSON of a V1 GET."""
+        body = await self._v1("GET", url)
+        try:
+            return json.loads(body)
+        except ValueError as exc:
+            raise UpstreamError(f'Get "{url}": the answer is not JSON ({exc})') from exc
+
+    async def post_v1(self, url: str) -> None:
+        await self._v1("POST", url)
+
+    async def post_json(self, url: str, body: bytes) -> int:
+        """POST a JSON document (a notification); the answer's status."""
+        response = await self._exchange("POST", url, content=body, headers={"Content-Type": "application/json"})
+        return response.status_code

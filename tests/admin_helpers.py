@@ -1,0 +1,170 @@
+"""Real clusters for nsqadmin's tests: nsqlookupd, two nsqd registered with it, and nsqadmin, each a
+process on ephemeral loopback ports; plus an HTTP endpoint that records nsqadmin's notifications
+and a server that accepts connections but never answers."""
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+
+from common.commands import MAGIC_V2, Fin, Identify, Nop, Rdy, Sub
+from common.frames import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, FrameReader
+from common.message import decode_message
+
+from .helpers import DaemonProcess, NsqdProcess
+from .lookupd_helpers import LookupdProcess
+
+E2E_PERCENTILES = "--e2e-processing-latency-percentile=0.99,0.5"
+
+
+class AdminProcess(DaemonProcess):
+    """A real ``python -m nsqadmin`` on an ephemeral loopback port."""
+
+    def __init__(self, *args: str):
+        super().__init__("nsqadmin", ["--http-address=127.0.0.1:0", *args], ("HTTP",))
+        self.http_port = self.ports["HTTP"]
+        self.url = f"http://127.0.0.1:{self.http_port}"
+
+
+class Cluster:
+    """nsqlookupd, two nsqd registered with it (the first with e2e percentiles), and nsqadmin."""
+
+    def __init__(self, data_dir, *admin_args: str):
+        self.lookupd = LookupdProcess("--broadcast-address=127.0.0.1")
+        self.lookupd_http = f"127.0.0.1:{self.lookupd.http_port}"
+        self.nsqds = []
+        for n, extra in enumerate([(E2E_PERCENTILES,), ()]):
+            path = data_dir / f"nsqd{n}"
+            path.mkdir()
+            self.nsqds.append(NsqdProcess(f"--data-path={path}", "--broadcast-address=127.0.0.1",
+                                          f"--lookupd-tcp-address=127.0.0.1:{self.lookupd.tcp_port}", *extra))
+        self.admin = self.start_admin(*admin_args)
+
+    def start_admin(self, *args: str) -> AdminProcess:
+        return AdminProcess(f"--lookupd-http-address={self.lookupd_http}", *args)
+
+    def node(self, n: int) -> str:
+        """The nsqadmin node name of nsqd ``n``: its broadcast address and HTTP port."""
+        return f"127.0.0.1:{self.nsqds[n].http_port}"
+
+    def stop(self) -> list[int]:
+        return [self.admin.stop(), *(nsqd.stop() for nsqd in self.nsqds), self.lookupd.stop()]
+
+
+def wait_for(check, timeout: float = 5.0, what: str = "condition"):
+    """Poll a (blocking) check until it returns something true."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s (last: {result!r})")
+        time.sleep(0.05)
+
+
+def lookupd_knows(cluster: Cluster, topic: str, producers: int) -> bool:
+    """Whether nsqlookupd lists ``producers`` nsqd for ``topic`` (registration is asynchronous)."""
+    answer = httpx.get(f"http://{cluster.lookupd_http}/lookup", params={"topic": topic})
+    return answer.status_code == 200 and len(answer.json()["producers"]) == producers
+
+
+def nsqd_stats(cluster: Cluster, n: int, topic: str) -> dict | None:
+    """nsqd ``n``'s own /stats of ``topic`` (None if it has no such topic)."""
+    answer = httpx.get(f"http://127.0.0.1:{cluster.nsqds[n].http_port}/stats",
+                       params={"format": "json", "topic": topic}).json()
+    return (answer["topics"] or [None])[0]
+
+
+class NotificationSink:
+    """An HTTP endpoint recording the JSON POSTed to it; answers after ``delay`` seconds."""
+
+    def __init__(self, delay: float = 0.0):
+        self.received: list[dict] = []
+        self.headers: list[dict] = []
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                time.sleep(delay)
+                sink.headers.append(dict(self.headers))
+                sink.received.append(json.loads(body))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/notify"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait_for(self, count: int, timeout: float = 5.0) -> list[dict]:
+        return wait_for(lambda: len(self.received) >= count and self.received, timeout, f"{count} notifications")
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class SilentServer:
+    """Accepts TCP connections and never answers: an upstream that hangs."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def closed_port_address() -> str:
+    """An address where nothing listens (connection refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+class Consumer:
+    """A V2 consumer on a real socket, in a thread: FINs every message, answers heartbeats, counts deliveries."""
+
+    def __init__(self, port: int, topic: str, channel: str, rdy: int = 1, **identify):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.delivered = 0
+        self.bodies: list[bytes] = []
+        self._reader = FrameReader()
+        identify.setdefault("client_id", "test-consumer")
+        identify.setdefault("hostname", "test-consumer.example")
+        identify.setdefault("user_agent", "nsqadmin-tests/1.0")
+        self.sock.sendall(MAGIC_V2 + Identify(identify).to_bytes() + Sub(topic, channel).to_bytes() + Rdy(rdy).to_bytes())
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while data := self.sock.recv(65536):
+                self._reader.receive_data(data)
+                while (frame := self._reader.next_frame()) is not None:
+                    self._handle(frame)
+        except OSError:  # closed by close() or by nsqd
+            return
+
+    def _handle(self, frame) -> None:
+        if frame.frame_type == FRAME_TYPE_MESSAGE:
+            message = decode_message(frame.data)
+            self.bodies.append(message.body)
+            self.delivered += 1
+            self.sock.sendall(Fin(message.id).to_bytes())
+        elif frame.frame_type == FRAME_TYPE_RESPONSE and frame.data == b"_heartbeat_":
+            self.sock.sendall(Nop().to_bytes())
+
+    def close(self) -> None:
+        self.sock.close()
+        self._thread.join(timeout=5)
