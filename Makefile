@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The browser tests drive Debian's Chromium with Playwright (no browser download).
+CHROMIUM := /usr/lib/chromium/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test bench clean
 
@@ -17,11 +20,16 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/python deploy/run_local.py
 
-test: $(STAMP)
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "install Chromium at $(CHROMIUM) (Debian package chromium)"; exit 1; }
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || \
+	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) $(CHROMIUM)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache artifacts

@@ -1,8 +1,9 @@
-"""Run a local cluster in the foreground: one nsqlookupd and two nsqd registered with it.
+"""Run a local cluster in the foreground: one nsqlookupd, two nsqd registered with it, and nsqadmin.
 
 Data directories are ./data/nsqd1 and ./data/nsqd2; everything listens on 127.0.0.1.
-Ctrl-C (or SIGTERM) stops every process gracefully, nsqd first so that their last
-UNREGISTERs still reach nsqlookupd; the exit status is 0 when all of them exit 0.
+Ctrl-C (or SIGTERM) stops every process gracefully, nsqadmin and the nsqd first so that
+the nsqd's last UNREGISTERs still reach nsqlookupd; the exit status is 0 when all of
+them exit 0.
 """
 
 import os
@@ -23,6 +24,7 @@ NSQDS = [
               "--lookupd-tcp-address=127.0.0.1:4160"])
     for n in range(2)
 ]
+ADMIN = ("nsqadmin", ["--http-address=127.0.0.1:4171", "--lookupd-http-address=127.0.0.1:4161"])
 
 
 def start(name: str, args: list[str]) -> subprocess.Popen:
@@ -37,9 +39,11 @@ def main() -> int:
     lookupd = start(*LOOKUPD)
     time.sleep(0.5)
     nsqds = [start(name, args) for name, args in NSQDS]
+    admin = start(*ADMIN)
     print("\nnsqlookupd: TCP 127.0.0.1:4160, HTTP http://127.0.0.1:4161\n"
           "nsqd 1:     TCP 127.0.0.1:4150, HTTP http://127.0.0.1:4151, data ./data/nsqd1\n"
           "nsqd 2:     TCP 127.0.0.1:4250, HTTP http://127.0.0.1:4251, data ./data/nsqd2\n"
+          "nsqadmin:   http://127.0.0.1:4171/  (open it in a browser)\n"
           "press Ctrl-C to stop\n", flush=True)
     stopping = False
 
@@ -49,7 +53,7 @@ def main() -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    everything = [*nsqds, lookupd]
+    everything = [admin, *nsqds, lookupd]
     while not stopping and all(proc.poll() is None for proc in everything):
         time.sleep(0.2)
     codes = []

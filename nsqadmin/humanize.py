@@ -17,6 +17,18 @@ def commafy(value) -> str:
     return f"{int(value):,}"
 
 
+def human_size(size) -> str:
+    """A byte count: ``512 B``, ``1.5 KiB``, ``12.3 MiB``."""
+    size = float(size)
+    if size < 1024:
+        return f"{int(size)} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        size /= 1024
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+    return f"{size / 1024:.1f} TiB"
+
+
 def nanotohuman(ns) -> str:
     """A latency in nanoseconds: ``850.0µs``, ``1.2ms``, ``3.45s``, ``2m5s``."""
     ns = float(ns)
@@ -64,6 +76,7 @@ FILTERS = {
     "commafy": commafy,
     "nanotohuman": nanotohuman,
     "human_duration": human_duration,
+    "human_size": human_size,
     "percentile_label": percentile_label,
     "segment": path_segment,
 }

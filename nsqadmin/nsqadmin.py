@@ -11,7 +11,7 @@ import socket
 import uvicorn
 
 from common import lg
-from serving.listeners import format_address, parse_address
+from serving.listeners import format_address, listen_error, parse_address
 
 from .actions import Operator
 from .app import build_app
@@ -43,16 +43,19 @@ class _NoSignals:
 def bind(address: str) -> socket.socket:
     """A listening socket for ``host:port`` or a unix socket path; OSError if it cannot listen."""
     parsed = parse_address(address, "--http-address")
-    if isinstance(parsed, str):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(parsed)
-    else:
-        host, port = parsed
-        info = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-        sock = socket.socket(info[0], socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(info[4])
-    sock.listen(socket.SOMAXCONN)
+    try:
+        if isinstance(parsed, str):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.bind(parsed)
+        else:
+            host, port = parsed
+            info = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+            sock = socket.socket(info[0], socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(info[4])
+        sock.listen(socket.SOMAXCONN)
+    except OSError as exc:
+        raise listen_error(address, "--http-address", exc) from exc
     sock.setblocking(False)
     return sock
 
@@ -63,8 +66,13 @@ class NSQAdmin:
         self.config_network = allowed_config_network(opts.allow_config_from_cidr)
         ssl_context = None
         if opts.http_client_tls_insecure_skip_verify or opts.http_client_tls_root_ca_file or opts.http_client_tls_cert:
-            ssl_context = client_ssl_context(opts.http_client_tls_insecure_skip_verify, opts.http_client_tls_root_ca_file,
-                                             opts.http_client_tls_cert, opts.http_client_tls_key)
+            try:
+                ssl_context = client_ssl_context(opts.http_client_tls_insecure_skip_verify,
+                                                 opts.http_client_tls_root_ca_file, opts.http_client_tls_cert,
+                                                 opts.http_client_tls_key)
+            except OSError as exc:  # ssl.SSLError included
+                why = exc.strerror.lower() if exc.strerror else exc
+                raise OSError(f"--http-client-tls-*: cannot use the TLS files given - {why}") from exc
         self.upstream = Upstream(opts.http_client_connect_timeout, opts.http_client_request_timeout, ssl_context)
         self.ci = ClusterInfo(self.upstream, opts)
         self.notifier = Notifier(opts.notification_http_endpoint, self.upstream)

@@ -6,8 +6,8 @@ import posixpath
 from types import SimpleNamespace
 from urllib.parse import urlsplit
 
-from common.goflags import Flag, FlagError, parse_args
-from serving.daemon import options_with, read_config, resolved_options
+from common.goflags import Flag, FlagError
+from serving.daemon import load, options_with
 from serving.listeners import parse_address
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
@@ -112,12 +112,7 @@ def _validate(opts: SimpleNamespace) -> None:
 
 def load_options(argv: list[str]) -> SimpleNamespace:
     """Resolve flags, config file and defaults into validated options, or raise FlagError."""
-    given = parse_args(FLAGS, argv)
-    if given.get("version"):
-        return resolved_options(FLAGS, given, {})
-    opts = resolved_options(FLAGS, given, read_config(given.get("config", "")))
-    _validate(opts)
-    return opts
+    return load(FLAGS, _validate, argv)
 
 
 def default_options(**overrides) -> SimpleNamespace:

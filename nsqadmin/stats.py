@@ -15,13 +15,14 @@ and ``average`` is the node values' mean weighted by each node's message count. 
 ``min`` keeps the last node's ``max``; here it is the true minimum.) A per-node entry
 also keeps its ``value``; the keys of an entry are sorted, as Go marshals a map.
 
-The dicts carry NSQ's keys in NSQ's order, so the JSON API dumps them as they are;
-client rows add one key of their own, ``state`` (the V2 client state nsqd reports).
+The dicts carry NSQ's keys in NSQ's order, so the JSON API dumps them as they are,
+plus two keys NSQ's nsqadmin drops although nsqd reports them: a topic's
+``message_bytes`` and a client's ``state``.
 """
 
 import time
 
-TOPIC_COUNTERS = ("depth", "memory_depth", "backend_depth", "message_count")
+TOPIC_COUNTERS = ("depth", "memory_depth", "backend_depth", "message_count", "message_bytes")
 CHANNEL_COUNTERS = ("depth", "memory_depth", "backend_depth", "in_flight_count", "deferred_count",
                     "requeue_count", "timeout_count", "message_count", "client_count")
 CLIENT_TEXT = ("remote_address", "version", "client_id", "hostname", "user_agent")
@@ -125,7 +126,7 @@ def node_topic(raw: dict, node: str, hostname: str, now: float) -> dict:
     return {
         "node": node, "hostname": hostname, "topic_name": name,
         "depth": depth, "memory_depth": depth - backend, "backend_depth": backend,
-        "message_count": _int(raw, "message_count"),
+        "message_count": _int(raw, "message_count"), "message_bytes": _int(raw, "message_bytes"),
         "nodes": None,
         "channels": None if channels is None else [node_channel(c, node, hostname, name, now) for c in channels],
         "paused": bool(raw.get("paused")),
@@ -252,6 +253,7 @@ def topic_summary(name: str, rows: list[dict]) -> dict:
         "topic_depth": sum(row["depth"] for row in rows),
         "in_flight_count": sum(c["in_flight_count"] for c in channel_rows),
         "message_count": sum(row["message_count"] for row in rows),
+        "message_bytes": sum(row["message_bytes"] for row in rows),
         "channel_count": len(channels),
         "client_count": sum(c["client_count"] for c in channel_rows),
         "paused": any(row["paused"] for row in rows),

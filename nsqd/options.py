@@ -5,8 +5,8 @@ import socket
 import zlib
 from types import SimpleNamespace
 
-from common.goflags import Flag, FlagError, parse_args, parse_bool
-from serving.daemon import options_with, read_config, resolved_options
+from common.goflags import Flag, FlagError, parse_bool
+from serving.daemon import load, options_with
 from serving.listeners import parse_address
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
@@ -179,21 +179,16 @@ def validate_lookupd_address(address: str) -> None:
         raise FlagError(f"--lookupd-tcp-address: {address!r} is not host:port")
 
 
-def load_options(argv: list[str]) -> SimpleNamespace:
-    """Resolve flags, config file and defaults into validated options, or raise FlagError.
-
-    With ``--version`` the config file is neither read nor checked: nsqd prints its
-    version as soon as the flags parse.
-    """
-    given = parse_args(FLAGS, [f"{arg}=true" if arg in _BOOL_FLAG_VALUES else arg for arg in argv])
-    if given.get("version"):
-        return resolved_options(FLAGS, given, {})
-    config = read_config(given.get("config", ""))
+def _tls_required_as_text(config: dict) -> dict:
     if isinstance(config.get("tls_required"), (bool, int)):
         config["tls_required"] = str(config["tls_required"]).lower()  # as Go's config.Validate
-    opts = resolved_options(FLAGS, given, config)
-    _validate(opts)
-    return opts
+    return config
+
+
+def load_options(argv: list[str]) -> SimpleNamespace:
+    """Resolve flags, config file and defaults into validated options, or raise FlagError."""
+    argv = [f"{arg}=true" if arg in _BOOL_FLAG_VALUES else arg for arg in argv]
+    return load(FLAGS, _validate, argv, _tls_required_as_text)
 
 
 def default_options(**overrides) -> SimpleNamespace:

@@ -3,8 +3,8 @@
 import socket
 from types import SimpleNamespace
 
-from common.goflags import Flag, FlagError, parse_args
-from serving.daemon import options_with, read_config, resolved_options
+from common.goflags import Flag, FlagError
+from serving.daemon import load, options_with
 from serving.listeners import parse_address
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
@@ -35,17 +35,8 @@ def _validate(opts: SimpleNamespace) -> None:
 
 
 def load_options(argv: list[str]) -> SimpleNamespace:
-    """Resolve flags, config file and defaults into validated options, or raise FlagError.
-
-    With ``--version`` the config file is neither read nor checked: nsqlookupd prints
-    its version as soon as the flags parse.
-    """
-    given = parse_args(FLAGS, argv)
-    if given.get("version"):
-        return resolved_options(FLAGS, given, {})
-    opts = resolved_options(FLAGS, given, read_config(given.get("config", "")))
-    _validate(opts)
-    return opts
+    """Resolve flags, config file and defaults into validated options, or raise FlagError."""
+    return load(FLAGS, _validate, argv)
 
 
 def default_options(**overrides) -> SimpleNamespace:

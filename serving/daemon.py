@@ -20,7 +20,7 @@ from typing import Callable
 import trio
 
 from common import VERSION, lg
-from common.goflags import Flag, FlagError, resolve, usage
+from common.goflags import Flag, FlagError, parse_args, resolve, usage
 
 
 def read_config(path: str) -> dict:
@@ -39,6 +39,21 @@ def read_config(path: str) -> dict:
 def resolved_options(flags: list[Flag], given: dict, config: dict) -> SimpleNamespace:
     resolved = resolve(flags, given, config)
     return SimpleNamespace(**resolved.values, unknown_config_keys=resolved.unknown_config_keys)
+
+
+def load(flags: list[Flag], validate: Callable, argv: list[str],
+         adjust_config: Callable[[dict], dict] = lambda config: config) -> SimpleNamespace:
+    """Flags, config file and defaults resolved into validated options, or FlagError.
+
+    With ``--version`` the config file is neither read nor checked: the daemon prints its
+    version as soon as the flags parse, as NSQ's do.
+    """
+    given = parse_args(flags, argv)
+    if given.get("version"):
+        return resolved_options(flags, given, {})
+    opts = resolved_options(flags, given, adjust_config(read_config(given.get("config", ""))))
+    validate(opts)
+    return opts
 
 
 def options_with(flags: list[Flag], validate: Callable, overrides: dict) -> SimpleNamespace:

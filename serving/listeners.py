@@ -21,16 +21,25 @@ def parse_address(address: str, what: str) -> tuple[str, int] | str:
     return host, int(port_text)
 
 
+def listen_error(address: str, what: str, exc: OSError) -> OSError:
+    """NSQ's ``listen (<address>) failed - <why>``, naming the flag."""
+    why = exc.strerror.lower() if exc.strerror else str(exc)
+    return OSError(f"{what}: listen ({address}) failed - {why}")
+
+
 async def open_listeners(address: str, what: str) -> list[trio.SocketListener]:
     """TCP listeners for ``host:port``, or one unix-socket listener for a path."""
     parsed = parse_address(address, what)
-    if isinstance(parsed, str):
-        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        await sock.bind(parsed)
-        sock.listen(socket.SOMAXCONN)
-        return [trio.SocketListener(sock)]
-    host, port = parsed
-    return await trio.open_tcp_listeners(port, host=host or None)
+    try:
+        if isinstance(parsed, str):
+            sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            await sock.bind(parsed)
+            sock.listen(socket.SOMAXCONN)
+            return [trio.SocketListener(sock)]
+        host, port = parsed
+        return await trio.open_tcp_listeners(port, host=host or None)
+    except OSError as exc:
+        raise listen_error(address, what, exc) from exc
 
 
 def tls_listeners(listeners: list[trio.SocketListener], context: ssl.SSLContext) -> list[trio.SSLListener]:

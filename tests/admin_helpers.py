@@ -9,6 +9,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+import pytest
 
 from common.commands import MAGIC_V2, Fin, Identify, Nop, Rdy, Sub
 from common.frames import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, FrameReader
@@ -54,6 +55,14 @@ class Cluster:
         return [self.admin.stop(), *(nsqd.stop() for nsqd in self.nsqds), self.lookupd.stop()]
 
 
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One cluster for a whole test module (each test uses topics of its own); every process exits 0."""
+    running = Cluster(tmp_path_factory.mktemp("cluster"))
+    yield running
+    assert running.stop() == [0, 0, 0, 0]
+
+
 def wait_for(check, timeout: float = 5.0, what: str = "condition"):
     """Poll a (blocking) check until it returns something true."""
     deadline = time.monotonic() + timeout
@@ -67,9 +76,31 @@ def wait_for(check, timeout: float = 5.0, what: str = "condition"):
 
 
 def lookupd_knows(cluster: Cluster, topic: str, producers: int) -> bool:
-    """Whether nsqlookupd lists ``producers`` nsqd for ``topic`` (registration is asynchronous)."""
+    """Whether nsqlookupd lists nsqd 0 to ``producers - 1`` for ``topic`` (registration is asynchronous)."""
     answer = httpx.get(f"http://{cluster.lookupd_http}/lookup", params={"topic": topic})
-    return answer.status_code == 200 and len(answer.json()["producers"]) == producers
+    listed = {p["http_port"] for p in answer.json()["producers"]} if answer.status_code == 200 else set()
+    return listed >= {nsqd.http_port for nsqd in cluster.nsqds[:producers]}
+
+
+def publish(cluster: Cluster, n: int, topic: str, count: int) -> None:
+    """``count`` messages to ``topic`` on nsqd ``n``, in one /mpub."""
+    body = b"\n".join(b"message %d" % i for i in range(count))
+    answer = httpx.post(f"http://127.0.0.1:{cluster.nsqds[n].http_port}/mpub", params={"topic": topic}, content=body)
+    assert answer.status_code == 200, answer.text
+
+
+def topic_on(cluster: Cluster, topic: str, channel: str = "", counts: tuple[int, ...] = (0, 0)) -> None:
+    """``topic`` (with ``channel``) on each nsqd n < len(counts) with ``counts[n]`` messages published,
+    once nsqlookupd lists them all as its producers."""
+    for n, count in enumerate(counts):
+        nsqd = f"http://127.0.0.1:{cluster.nsqds[n].http_port}"
+        assert httpx.post(f"{nsqd}/topic/create", params={"topic": topic}).status_code == 200
+        if channel:
+            answer = httpx.post(f"{nsqd}/channel/create", params={"topic": topic, "channel": channel})
+            assert answer.status_code == 200, answer.text
+        if count:
+            publish(cluster, n, topic, count)
+    wait_for(lambda: lookupd_knows(cluster, topic, len(counts)), what=f"{topic} registered by {len(counts)} nsqd")
 
 
 def nsqd_stats(cluster: Cluster, n: int, topic: str) -> dict | None:
@@ -79,33 +110,45 @@ def nsqd_stats(cluster: Cluster, n: int, topic: str) -> dict | None:
     return (answer["topics"] or [None])[0]
 
 
-class NotificationSink:
-    """An HTTP endpoint recording the JSON POSTed to it; answers after ``delay`` seconds."""
+class RecordingEndpoint:
+    """An HTTP server that records every request and answers with ``answer(path) -> (status, JSON)``
+    after ``delay`` seconds: a notification endpoint, a Graphite."""
 
-    def __init__(self, delay: float = 0.0):
-        self.received: list[dict] = []
-        self.headers: list[dict] = []
-        sink = self
+    def __init__(self, answer=lambda path: (200, None), delay: float = 0.0):
+        self.requests: list[dict] = []
+        endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
+            def _record(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 time.sleep(delay)
-                sink.headers.append(dict(self.headers))
-                sink.received.append(json.loads(body))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
+                endpoint.requests.append({"method": self.command, "path": self.path, "headers": dict(self.headers),
+                                          "json": json.loads(body) if body else None})
+                status, document = answer(self.path)
+                payload = json.dumps(document).encode() if document is not None else b""
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = _record
 
             def log_message(self, *args):
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/notify"
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"http://{self.address}/notify"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    @property
+    def received(self) -> list[dict]:
+        """The JSON documents POSTed so far."""
+        return [request["json"] for request in self.requests if request["method"] == "POST"]
+
     def wait_for(self, count: int, timeout: float = 5.0) -> list[dict]:
-        return wait_for(lambda: len(self.received) >= count and self.received, timeout, f"{count} notifications")
+        return wait_for(lambda: len(self.received) >= count and self.received, timeout, f"{count} requests")
 
     def close(self) -> None:
         self.server.shutdown()
@@ -166,5 +209,9 @@ class Consumer:
             self.sock.sendall(Nop().to_bytes())
 
     def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader blocked in recv(); close() alone would not
+        except OSError:  # nsqd closed it first
+            pass
         self.sock.close()
         self._thread.join(timeout=5)

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from nsqd.nsqd import NSQD
@@ -31,3 +33,41 @@ def nsqd_process(tmp_path):
     proc = NsqdProcess(f"--data-path={tmp_path}")
     yield proc
     proc.stop()
+
+
+CHROMIUM = Path("/usr/lib/chromium/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-default-apps"]
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
+
+
+def pytest_collection_modifyitems(items):
+    """Browser tests run last: while Playwright's sync API is open it keeps an asyncio loop running
+    in the main thread, which would break the asyncio-based clients (pynsq, Tornado) of other tests."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless Debian Chromium for the whole session, driven by Playwright (no browser download)."""
+    from playwright.sync_api import sync_playwright
+
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def screenshot():
+    """Save a full-page screenshot as a test artifact: artifacts/screenshots/<name>.png."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    def save(page, name: str) -> Path:
+        path = SCREENSHOTS / f"{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return save

@@ -10,16 +10,9 @@ import time
 import httpx
 import pytest
 
-from .admin_helpers import Cluster, NotificationSink, lookupd_knows, nsqd_stats, wait_for
+from .admin_helpers import RecordingEndpoint, cluster, nsqd_stats, topic_on, wait_for  # noqa: F401
 
 NOTIFICATION_KEYS = {"action", "topic", "timestamp", "remote_ip", "user_agent", "url", "via"}
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    running = Cluster(tmp_path_factory.mktemp("cluster"))
-    yield running
-    running.stop()
 
 
 @pytest.fixture
@@ -35,19 +28,11 @@ def start_admin(cluster):
         assert admin.stop() == 0
 
 
-def topic_everywhere(cluster: Cluster, topic: str, channel: str) -> None:
-    for n in (0, 1):
-        nsqd = f"http://127.0.0.1:{cluster.nsqds[n].http_port}"
-        assert httpx.post(f"{nsqd}/topic/create", params={"topic": topic}).status_code == 200
-        assert httpx.post(f"{nsqd}/channel/create", params={"topic": topic, "channel": channel}).status_code == 200
-    wait_for(lambda: lookupd_knows(cluster, topic, 2))
-
-
 # -- --admin-user ---------------------------------------------------------------------------
 
 
 def test_only_listed_admins_may_act(cluster, start_admin):
-    topic_everywhere(cluster, "acl", "c")
+    topic_on(cluster, "acl", "c")
     admin = start_admin("--admin-user=alice", "--admin-user=carol", "--acl-http-header=X-Auth-User")
     action = {"action": "pause"}
     for headers in ({}, {"X-Auth-User": "bob"}, {"X-Forwarded-User": "alice"}):
@@ -64,7 +49,7 @@ def test_only_listed_admins_may_act(cluster, start_admin):
 
 
 def test_pages_hide_actions_from_non_admins(cluster, start_admin):
-    topic_everywhere(cluster, "hidden", "c")
+    topic_on(cluster, "hidden", "c")
     admin = start_admin("--admin-user=alice")
     for path in ("/topics/hidden", "/topics/hidden/c", "/lookup"):
         visitor = httpx.get(admin.url + path).text
@@ -74,7 +59,7 @@ def test_pages_hide_actions_from_non_admins(cluster, start_admin):
 
 
 def test_page_forms_refuse_non_admins(cluster, start_admin):
-    topic_everywhere(cluster, "formacl", "c")
+    topic_on(cluster, "formacl", "c")
     admin = start_admin("--admin-user=alice")
     with httpx.Client(base_url=admin.url) as browser:
         browser.get("/topics/formacl/c", headers={"X-Forwarded-User": "alice"})  # gets the CSRF cookie
@@ -88,8 +73,8 @@ def test_page_forms_refuse_non_admins(cluster, start_admin):
 
 
 def test_every_action_is_notified_with_nsq_fields(cluster, start_admin):
-    topic_everywhere(cluster, "noted", "c")
-    sink = NotificationSink()
+    topic_on(cluster, "noted", "c")
+    sink = RecordingEndpoint()
     admin = start_admin(f"--notification-http-endpoint={sink.url}")
     credentials = base64.b64encode(b"dana:secret").decode()
     headers = {"Authorization": f"Basic {credentials}", "User-Agent": "ops-script/2"}
@@ -113,13 +98,13 @@ def test_every_action_is_notified_with_nsq_fields(cluster, start_admin):
     tombstone = next(n for n in received if n["action"] == "tombstone_topic_producer")
     assert tombstone["node"] == cluster.node(1) and "channel" not in tombstone
     assert next(n for n in received if n["action"] == "create_channel")["topic"] == "noted2"
-    assert all(h["Content-Type"] == "application/json" for h in sink.headers)
+    assert all(request["headers"]["Content-Type"] == "application/json" for request in sink.requests)
     sink.close()
 
 
 def test_a_slow_endpoint_never_delays_the_operator(cluster, start_admin):
-    topic_everywhere(cluster, "slowly", "c")
-    sink = NotificationSink(delay=3.0)
+    topic_on(cluster, "slowly", "c")
+    sink = RecordingEndpoint(delay=3.0)
     admin = start_admin(f"--notification-http-endpoint={sink.url}")
     started = time.monotonic()
     assert httpx.post(f"{admin.url}/api/topics/slowly/c", json={"action": "pause"}).status_code == 200
@@ -129,8 +114,8 @@ def test_a_slow_endpoint_never_delays_the_operator(cluster, start_admin):
 
 
 def test_a_dead_endpoint_is_logged_not_fatal(cluster, start_admin):
-    topic_everywhere(cluster, "unheard", "c")
-    sink = NotificationSink()
+    topic_on(cluster, "unheard", "c")
+    sink = RecordingEndpoint()
     sink.close()  # nothing listens there any more
     admin = start_admin(f"--notification-http-endpoint={sink.url}")
     assert httpx.post(f"{admin.url}/api/topics/unheard/c", json={"action": "pause"}).json() == {"message": ""}
@@ -155,7 +140,7 @@ def test_config_only_from_the_allowed_network(start_admin):
 
 
 def test_everything_lives_under_the_base_path(cluster, start_admin):
-    topic_everywhere(cluster, "based", "c")
+    topic_on(cluster, "based", "c")
     admin = start_admin("--base-path=admin/")
     base = f"{admin.url}/admin"
     assert httpx.get(f"{base}/ping").text == "OK"

@@ -4,10 +4,10 @@ consumers and producers; every route, its errors and NSQ v1.3's JSON shapes (nsq
 import httpx
 import pytest
 
-from .admin_helpers import (Cluster, Consumer, lookupd_knows, nsqd_stats, wait_for)
+from .admin_helpers import Consumer, cluster, lookupd_knows, nsqd_stats, publish, topic_on, wait_for  # noqa: F401
 
-TOPIC_KEYS = ["node", "hostname", "topic_name", "depth", "memory_depth", "backend_depth", "message_count", "nodes",
-              "channels", "paused", "e2e_processing_latency"]
+TOPIC_KEYS = ["node", "hostname", "topic_name", "depth", "memory_depth", "backend_depth", "message_count",
+              "message_bytes", "nodes", "channels", "paused", "e2e_processing_latency"]  # + message_bytes, nsqd's
 CHANNEL_KEYS = ["node", "hostname", "topic_name", "channel_name", "depth", "memory_depth", "backend_depth",
                 "in_flight_count", "deferred_count", "requeue_count", "timeout_count", "message_count", "client_count",
                 "nodes", "clients", "paused", "e2e_processing_latency"]
@@ -21,37 +21,9 @@ V1 = "nsq; version=1.0"
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    running = Cluster(tmp_path_factory.mktemp("cluster"))
-    yield running
-    assert running.stop() == [0, 0, 0, 0]
-
-
-@pytest.fixture(scope="module")
 def api(cluster):
     with httpx.Client(base_url=cluster.admin.url, timeout=10) as client:
         yield client
-
-
-def publish(cluster: Cluster, n: int, topic: str, count: int) -> None:
-    body = b"\n".join(b"message %d" % i for i in range(count))
-    answer = httpx.post(f"http://127.0.0.1:{cluster.nsqds[n].http_port}/mpub", params={"topic": topic}, content=body)
-    assert answer.status_code == 200, answer.text
-
-
-def create_channel(cluster: Cluster, n: int, topic: str, channel: str) -> None:
-    nsqd = f"http://127.0.0.1:{cluster.nsqds[n].http_port}"
-    for path, params in (("topic/create", {"topic": topic}), ("channel/create", {"topic": topic, "channel": channel})):
-        answer = httpx.post(f"{nsqd}/{path}", params=params)
-        assert answer.status_code == 200, answer.text
-
-
-def spread(cluster: Cluster, topic: str, channel: str, counts=(3, 5)) -> None:
-    """``topic`` on both nsqd with ``channel``, ``counts[n]`` messages on nsqd n, registered in the lookupd."""
-    for n, count in enumerate(counts):
-        create_channel(cluster, n, topic, channel)
-        publish(cluster, n, topic, count)
-    wait_for(lambda: lookupd_knows(cluster, topic, len(counts)), what=f"{topic} registered by both nsqd")
 
 
 def ok_json(answer: httpx.Response) -> dict:
@@ -78,17 +50,19 @@ def test_ping(api):
 def test_topics_lists_every_topic_from_the_lookupds(cluster, api):
     publish(cluster, 0, "listed-a", 1)
     publish(cluster, 1, "listed-b", 1)
-    wait_for(lambda: lookupd_knows(cluster, "listed-a", 1) and lookupd_knows(cluster, "listed-b", 1))
+    lookupd_topics = f"http://{cluster.lookupd_http}/topics"
+    wait_for(lambda: {"listed-a", "listed-b"} <= set(httpx.get(lookupd_topics).json()["topics"]))
     body = ok_json(api.get("/api/topics"))
     assert list(body) == ["topics", "message"] and body["message"] == ""
     assert {"listed-a", "listed-b"} <= set(body["topics"]) and body["topics"] == sorted(body["topics"])
 
 
 def test_topic_sums_every_nsqd_with_nsq_keys(cluster, api):
-    spread(cluster, "orders", "billing", counts=(3, 5))
+    topic_on(cluster, "orders", "billing", (3, 5))
     body = ok_json(api.get("/api/topics/orders"))
     assert list(body) == TOPIC_KEYS + ["message"]
     assert (body["node"], body["hostname"], body["topic_name"], body["message_count"]) == ("*", "", "orders", 8)
+    assert body["message_bytes"] == sum(len(b"message %d" % i) for count in (3, 5) for i in range(count))
     assert sorted(row["node"] for row in body["nodes"]) == sorted([cluster.node(0), cluster.node(1)])
     for row in body["nodes"]:
         assert list(row) == TOPIC_KEYS and row["nodes"] is None and row["hostname"]
@@ -100,22 +74,22 @@ def test_topic_sums_every_nsqd_with_nsq_keys(cluster, api):
 
 
 def test_e2e_latency_is_aggregated_over_the_nodes_that_track_it(cluster, api):
-    spread(cluster, "timed", "work", counts=(4, 0))
+    topic_on(cluster, "timed", "work", (4, 0))
     consumer = Consumer(cluster.nsqds[0].tcp_port, "timed", "work", rdy=10)
-    wait_for(lambda: consumer.delivered == 4)
-    body = ok_json(api.get("/api/topics/timed/work"))
+    body = wait_for(lambda: (b := ok_json(api.get("/api/topics/timed/work")))["e2e_processing_latency"]["count"] == 4
+                    and b, what="4 messages finished")
     e2e = body["e2e_processing_latency"]
     assert (e2e["topic"], e2e["channel"], e2e["host"]) == ("timed", "work", "*")
     assert [p["quantile"] for p in e2e["percentiles"]] == [0.99, 0.5]
     assert sorted(e2e["percentiles"][0]) == ["average", "count", "max", "min", "quantile"]
     tracked = next(row for row in body["nodes"] if row["node"] == cluster.node(0))["e2e_processing_latency"]
     assert sorted(tracked["percentiles"][0]) == ["average", "count", "max", "min", "quantile", "value"]
-    assert tracked["count"] == 4 and e2e["count"] == 4
+    assert tracked["count"] == 4
     consumer.close()
 
 
 def test_channel_shows_live_clients_of_every_node(cluster, api):
-    spread(cluster, "live", "watchers", counts=(2, 2))
+    topic_on(cluster, "live", "watchers", (2, 2))
     first = Consumer(cluster.nsqds[0].tcp_port, "live", "watchers", rdy=5, client_id="<b>first</b>",
                      user_agent="pynsq/0.9.1")
     second = Consumer(cluster.nsqds[1].tcp_port, "live", "watchers", rdy=7, client_id="second", hostname="aaa.example")
@@ -138,7 +112,7 @@ def test_channel_shows_live_clients_of_every_node(cluster, api):
 
 
 def test_unknown_channel_and_unknown_topic(cluster, api):
-    spread(cluster, "sparse", "real", counts=(1, 1))
+    topic_on(cluster, "sparse", "real", (1, 1))
     assert ok_json(api.get("/api/topics/sparse/imaginary")) == {"message": ""}  # NSQ: a nil channel, the message
     status, message = error_of(api.get("/api/topics/never-published"))
     assert status == 502
@@ -147,7 +121,7 @@ def test_unknown_channel_and_unknown_topic(cluster, api):
 
 
 def test_nodes_lists_each_nsqd_once_with_its_topics(cluster, api):
-    spread(cluster, "nodes-topic", "c")
+    topic_on(cluster, "nodes-topic", "c", (3, 5))
     nodes = ok_json(api.get("/api/nodes"))["nodes"]
     assert len(nodes) == 2
     for node in nodes:
@@ -161,7 +135,7 @@ def test_nodes_lists_each_nsqd_once_with_its_topics(cluster, api):
 
 
 def test_node_reports_its_topics_and_totals(cluster, api):
-    spread(cluster, "one-node", "c", counts=(6, 1))
+    topic_on(cluster, "one-node", "c", (6, 1))
     consumer = Consumer(cluster.nsqds[0].tcp_port, "one-node", "c", rdy=1)
     wait_for(lambda: consumer.delivered >= 1)
     body = wait_for(lambda: (b := ok_json(api.get(f"/api/nodes/{cluster.node(0)}")))["total_clients"] >= 1 and b)
@@ -176,7 +150,7 @@ def test_node_reports_its_topics_and_totals(cluster, api):
 
 
 def test_counter_counts_each_channel_on_each_node(cluster, api):
-    spread(cluster, "counted", "c1", counts=(2, 3))
+    topic_on(cluster, "counted", "c1", (2, 3))
     body = ok_json(api.get("/api/counter"))
     stats = body["stats"]
     assert list(stats) == sorted(stats)
@@ -188,7 +162,7 @@ def test_counter_counts_each_channel_on_each_node(cluster, api):
 def test_inactive_topics_are_those_without_producers(cluster, api):
     for path in ("/topic/create?topic=dormant", "/channel/create?topic=dormant&channel=old"):
         assert httpx.post(f"http://{cluster.lookupd_http}{path}").status_code == 200
-    spread(cluster, "awake", "c")
+    topic_on(cluster, "awake", "c", (3, 5))
     body = ok_json(api.get("/api/topics", params={"inactive": "true"}))
     assert body["topics"]["dormant"] == ["old"]
     assert "awake" not in body["topics"] and list(body["topics"]) == sorted(body["topics"])
@@ -198,7 +172,7 @@ def test_inactive_topics_are_those_without_producers(cluster, api):
 
 
 def test_create_topic_and_channel(cluster, api):
-    spread(cluster, "grown", "first")
+    topic_on(cluster, "grown", "first", (3, 5))
     assert ok_json(api.post("/api/topics", json={"topic": "grown", "channel": "second"})) == {"message": ""}
     lookup = httpx.get(f"http://{cluster.lookupd_http}/channels", params={"topic": "grown"}).json()
     assert "second" in lookup["channels"]
@@ -224,7 +198,7 @@ def test_create_refuses_bad_bodies(api, body, status, message):
 
 
 def test_pause_unpause_and_empty_a_channel(cluster, api):
-    spread(cluster, "ops", "worker", counts=(4, 4))
+    topic_on(cluster, "ops", "worker", (4, 4))
     assert ok_json(api.post("/api/topics/ops/worker", json={"action": "pause"})) == {"message": ""}
     assert all(nsqd_stats(cluster, n, "ops")["channels"][0]["paused"] for n in (0, 1))
     assert ok_json(api.get("/api/topics/ops/worker"))["paused"] is True
@@ -235,7 +209,7 @@ def test_pause_unpause_and_empty_a_channel(cluster, api):
 
 
 def test_pause_and_empty_a_topic(cluster, api):
-    spread(cluster, "topic-ops", "c")
+    topic_on(cluster, "topic-ops", "c", (3, 5))
     assert ok_json(api.post("/api/topics/topic-ops", json={"action": "pause"})) == {"message": ""}
     assert all(nsqd_stats(cluster, n, "topic-ops")["paused"] for n in (0, 1))
     publish(cluster, 0, "topic-ops", 5)  # held in the paused topic
@@ -254,8 +228,8 @@ def test_bad_actions(api, body, message):
 
 
 def test_delete_channel_then_topic(cluster, api):
-    spread(cluster, "doomed", "c1")
-    create_channel(cluster, 0, "doomed", "c2")
+    topic_on(cluster, "doomed", "c1", (3, 5))
+    topic_on(cluster, "doomed", "c2", (0,))
     assert ok_json(api.delete("/api/topics/doomed/c1")) == {"message": ""}
     assert [c["channel_name"] for c in nsqd_stats(cluster, 0, "doomed")["channels"]] == ["c2"]
     assert nsqd_stats(cluster, 1, "doomed")["channels"] == []
@@ -265,7 +239,7 @@ def test_delete_channel_then_topic(cluster, api):
 
 
 def test_tombstone_a_producer_of_a_topic(cluster, api):
-    spread(cluster, "stoned", "c")
+    topic_on(cluster, "stoned", "c", (3, 5))
     answer = api.request("DELETE", f"/api/nodes/{cluster.node(1)}", json={"topic": "stoned"})
     assert ok_json(answer) == {"message": ""}
     assert nsqd_stats(cluster, 1, "stoned") is None and nsqd_stats(cluster, 0, "stoned") is not None
@@ -322,7 +296,7 @@ def test_graphite_rate_arguments(api):
     {"Origin": "null"},
 ])
 def test_cross_site_changes_are_refused(cluster, api, headers):
-    spread(cluster, "guarded", "c")
+    topic_on(cluster, "guarded", "c", (3, 5))
     assert error_of(api.post("/api/topics/guarded/c", json={"action": "pause"}, headers=headers)) == (403, "FORBIDDEN")
     assert error_of(api.delete("/api/topics/guarded", headers=headers)) == (403, "FORBIDDEN")
     assert error_of(api.put("/config/log_level", content=b"debug", headers=headers)) == (403, "FORBIDDEN")
@@ -330,7 +304,7 @@ def test_cross_site_changes_are_refused(cluster, api, headers):
 
 
 def test_same_origin_and_script_requests_may_change(cluster, api):
-    spread(cluster, "allowed", "c")
+    topic_on(cluster, "allowed", "c", (3, 5))
     own = api.base_url.netloc.decode()
     for headers in ({}, {"Origin": f"http://{own}"}, {"Sec-Fetch-Site": "same-origin"},
                     {"Referer": f"http://{own}/topics/allowed"}, {"X-Forwarded-Host": "admin.example",

@@ -1,6 +1,9 @@
 """nsqadmin's cluster model without a network: producers (producers.py) and stats aggregation (stats.py),
 checked against NSQ v1.3's nsqadmin (internal/clusterinfo/types.go, quantile/aggregate.go)."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from nsqadmin import producers, stats
@@ -47,10 +50,10 @@ def test_node_rows_carry_nsqadmin_keys_in_nsq_order():
     [row] = rows_of("10.0.0.1:4151", "alpha", raw_topic("orders", [raw_channel("billing", 7, 3, [raw_client("c1", "h1")])],
                                                          depth=5, backend=2))
     assert list(row) == ["node", "hostname", "topic_name", "depth", "memory_depth", "backend_depth", "message_count",
-                         "nodes", "channels", "paused", "e2e_processing_latency"]
+                         "message_bytes", "nodes", "channels", "paused", "e2e_processing_latency"]
     assert (row["node"], row["hostname"], row["depth"], row["memory_depth"], row["backend_depth"]) == \
         ("10.0.0.1:4151", "alpha", 5, 3, 2)
-    assert "message_bytes" not in row and row["nodes"] is None
+    assert row["message_bytes"] == 123456 and row["nodes"] is None
     [channel] = row["channels"]
     assert list(channel) == ["node", "hostname", "topic_name", "channel_name", "depth", "memory_depth", "backend_depth",
                              "in_flight_count", "deferred_count", "requeue_count", "timeout_count", "message_count",
@@ -172,8 +175,8 @@ def test_node_totals_and_topic_summary():
     assert stats.node_totals(beta_rows) == (1000, 2)
     summary = stats.topic_summary("orders", rows)
     assert summary == {"topic_name": "orders", "nodes": 2, "depth": 5 + 16, "topic_depth": 5, "in_flight_count": 3,
-                       "message_count": 2000, "channel_count": 2, "client_count": 3, "paused": False,
-                       "paused_channels": ["billing"]}
+                       "message_count": 2000, "message_bytes": 2 * 123456, "channel_count": 2, "client_count": 3,
+                       "paused": False, "paused_channels": ["billing"]}
 
 
 # -- producers ------------------------------------------------------------------------------
@@ -236,3 +239,15 @@ def test_malformed_producers_are_refused():
         producers.producer("nope")
     tolerant = producers.producer(lookupd_node(1, tombstones=[]))
     assert [t["tombstoned"] for t in tolerant["topics"]] == [False, False]
+
+
+def test_reads_go_nsqds_stats_document():
+    """A mixed cluster: the /stats of NSQ's Go nsqd v1.3 (fixture written from its structs) reads the same."""
+    go_stats = json.loads((Path(__file__).parent / "fixtures" / "nsq_v13_stats.json").read_text())
+    rows = stats.node_topics(go_stats, "10.0.0.5:4151", "go-nsqd", now=1704208000)
+    orders = next(row for row in rows if row["topic_name"] == "orders")
+    assert (orders["message_count"], orders["node"], orders["hostname"]) == (12, "10.0.0.5:4151", "go-nsqd")
+    [client] = orders["channels"][0]["clients"]
+    assert (client["client_id"], client["user_agent"], client["connected"]) == ("worker-1", "go-nsq/1.1.0", 100 * 10**9)
+    total = stats.aggregate_topic("orders", [orders])
+    assert total["channels"][0]["client_count"] == 1 and total["channels"][0]["in_flight_count"] == 1

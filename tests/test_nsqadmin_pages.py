@@ -7,28 +7,22 @@ import re
 import httpx
 import pytest
 
-from .admin_helpers import Cluster, Consumer, lookupd_knows, nsqd_stats, wait_for
+from .admin_helpers import Cluster, Consumer, cluster, nsqd_stats, topic_on, wait_for  # noqa: F401
 
 HOSTILE = '<script>alert("x")</script>'
 HOSTILE_AGENT = "agent\"><img src=x onerror=alert(1)>"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    running = Cluster(tmp_path_factory.mktemp("cluster"))
-    for n in (0, 1):
-        nsqd = f"http://127.0.0.1:{running.nsqds[n].http_port}"
-        httpx.post(f"{nsqd}/pub", params={"topic": "pages"}, content=b"hello")
-        httpx.post(f"{nsqd}/channel/create", params={"topic": "pages", "channel": "view"})
-    httpx.post(f"http://127.0.0.1:{running.nsqds[0].http_port}/channel/create",
-               params={"topic": "pages", "channel": "odd#ephemeral"})
-    wait_for(lambda: lookupd_knows(running, "pages", 2))
-    consumer = Consumer(running.nsqds[0].tcp_port, "pages", "view", rdy=1, client_id=HOSTILE,
+@pytest.fixture(scope="module", autouse=True)
+def hostile_consumer(cluster):
+    """Topic "pages" on both nsqd (one message each), and a consumer whose IDENTIFY is hostile HTML."""
+    topic_on(cluster, "pages", "view", (1, 1))
+    topic_on(cluster, "pages", "odd#ephemeral", (0,))
+    consumer = Consumer(cluster.nsqds[0].tcp_port, "pages", "view", rdy=1, client_id=HOSTILE,
                         hostname=HOSTILE + ".example", user_agent=HOSTILE_AGENT)
     wait_for(lambda: consumer.delivered == 1)
-    yield running
+    yield consumer
     consumer.close()
-    running.stop()
 
 
 @pytest.fixture
@@ -70,8 +64,8 @@ def test_topics_page_summarises_each_topic(cluster, browser):
     page = browser.get("/").text
     row = re.search(r'<a href="/topics/pages">pages</a>.*?</tr>', page, re.S).group(0)
     cells = re.findall(r'<td class="num[^"]*">([^<]*)</td>', row)
-    # nodes, channels, depth (view on nsqd 1; nsqd 0's went to the consumer), in flight, messages, clients
-    assert cells == ["2", "2", "1", "0", "2", "1"]
+    # nodes, channels, depth (view on nsqd 1; nsqd 0's went to the consumer), in flight, messages, data, clients
+    assert cells == ["2", "2", "1", "0", "2", "18 B", "1"]
 
 
 def test_missing_things_are_404_pages(cluster, browser):
@@ -141,9 +135,7 @@ def test_create_from_the_lookup_page_then_delete_it(cluster, browser):
 
 
 def test_tombstone_from_the_topic_page(cluster, browser):
-    for n in (0, 1):
-        httpx.post(f"http://127.0.0.1:{cluster.nsqds[n].http_port}/topic/create", params={"topic": "stone"})
-    wait_for(lambda: lookupd_knows(cluster, "stone", 2))
+    topic_on(cluster, "stone")
     token = csrf_of(browser)
     page = browser.post("/topics/stone", data={"csrf": token, "action": "tombstone", "node": cluster.node(1),
                                                "confirm": "yes"}, follow_redirects=True)

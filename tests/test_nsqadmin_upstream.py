@@ -3,25 +3,21 @@ answer (NSQ's partial "WARNING: ..." message), 502 UPSTREAM_ERROR only when noth
 pointed straight at nsqd (--nsqd-http-address); nsqd behind --tls-required reached over HTTPS."""
 
 import time
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 
-from .admin_helpers import AdminProcess, Cluster, SilentServer, closed_port_address, lookupd_knows, wait_for
+from .admin_helpers import (AdminProcess, RecordingEndpoint, SilentServer, closed_port_address, cluster,  # noqa: F401
+                            topic_on)
 from .feature_helpers import Certificates
 from .helpers import NsqdProcess
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    running = Cluster(tmp_path_factory.mktemp("cluster"))
-    for n in (0, 1):
-        httpx.post(f"http://127.0.0.1:{running.nsqds[n].http_port}/pub", params={"topic": "shared"}, content=b"m")
-        httpx.post(f"http://127.0.0.1:{running.nsqds[n].http_port}/channel/create",
-                   params={"topic": "shared", "channel": "c"})
-    wait_for(lambda: lookupd_knows(running, "shared", 2))
-    yield running
-    running.stop()
+@pytest.fixture(scope="module", autouse=True)
+def shared_topic(cluster):
+    """Topic "shared" with channel c and one message on each nsqd."""
+    topic_on(cluster, "shared", "c", (1, 1))
 
 
 @pytest.fixture
@@ -119,3 +115,24 @@ def test_nsqd_requiring_tls_is_reached_over_https(tmp_path, admin_processes):
         assert httpx.get(f"{insecure.url}/api/topics").json()["topics"] == ["secure"]
     finally:
         nsqd.stop()
+
+
+def test_graphite_rate_and_render_proxy(admin_processes):
+    """--graphite-url: /api/graphite asks Graphite as NSQ does; --proxy-graphite serves <base>/render."""
+    rates = {"up": 120.0, "down": -5.0}
+
+    def graphite(path):
+        target = parse_qs(urlsplit(path).query)["target"][0]
+        return 200, [{"target": target, "datapoints": [[rates.get(target), 1700000000], [1.0, 1700000010]]}]
+
+    fake = RecordingEndpoint(graphite)
+    admin = admin_processes(f"--nsqd-http-address={closed_port_address()}", "--statsd-interval=30s", "--proxy-graphite",
+                            f"--graphite-url=http://ops:s3cret@{fake.address}")
+    assert httpx.get(f"{admin.url}/api/graphite", params={"metric": "rate", "target": "up"}).json() == {"rate": "4.00"}
+    assert fake.requests[0]["path"] == "/render?format=json&from=-60sec&target=up&until=-30sec"
+    assert httpx.get(f"{admin.url}/api/graphite", params={"metric": "rate", "target": "down"}).json() == {"rate": "N/A"}
+    proxied = httpx.get(f"{admin.url}/render", params={"target": "up", "format": "json"})
+    assert proxied.status_code == 200 and proxied.json()[0]["datapoints"][0] == [120.0, 1700000000]
+    assert fake.requests[-1]["path"] == "/render?target=up&format=json"
+    assert fake.requests[-1]["headers"]["Authorization"] == "Basic b3BzOnMzY3JldA=="  # ops:s3cret
+    fake.close()
