@@ -198,9 +198,9 @@ class Pages:
         auth = (target.username or "", target.password or "") if target.username else None
         url = target._replace(netloc=target.hostname + (f":{target.port}" if target.port else "")).geturl()
         try:
-            answer = await self.admin.upstream.client.get(f"{url.rstrip('/')}/render", params=request.query_params,
-                                                         auth=auth)
-        except Exception as exc:  # any failure of the proxied request is a bad gateway
+            answer = await self.admin.upstream.request("GET", f"{url.rstrip('/')}/render",
+                                                       params=request.query_params, auth=auth)
+        except UpstreamError as exc:
             log.error("graphite proxy failed - %s", exc)
             return Response(b"Bad Gateway", 502)
         return Response(answer.content, answer.status_code,
