@@ -97,7 +97,8 @@ class Pages:
         page = self.templates.TemplateResponse(request, template, {
             "base": self.url(""), "version": VERSION, "is_admin": is_admin(request, self.opts),
             "csrf": csrf, "flash": flash, "lookupds": self.opts.lookupd_http_address,
-            "nsqds": self.opts.nsqd_http_address, "http_address": http_address, **context}, status_code=status)
+            "nsqds": self.opts.nsqd_http_address, "http_address": http_address,
+            "confirmation": confirmation, **context}, status_code=status)
         cookie_path = self.opts.base_path
         if request.cookies.get(CSRF_COOKIE) != csrf:
             page.set_cookie(CSRF_COOKIE, csrf, path=cookie_path, httponly=True, samesite="strict")
@@ -240,7 +241,7 @@ class Pages:
         if action not in (*TOPIC_ACTIONS, "delete"):
             return self._bad_request(request, f"Unknown action {action!r}.")
         if fields.get("confirm") != "yes":
-            return self._confirm(request, fields, f"{action.capitalize()} topic {topic}?", _consequence(action, topic))
+            return self._confirm(request, fields, *confirmation(action, topic))
         back = f"/topics/{path_segment(topic)}"
         try:
             if action == "delete":
@@ -272,8 +273,7 @@ class Pages:
         if action not in (*TOPIC_ACTIONS, "delete"):
             return self._bad_request(request, f"Unknown action {action!r}.")
         if fields.get("confirm") != "yes":
-            return self._confirm(request, fields, f"{action.capitalize()} channel {channel} of topic {topic}?",
-                                 _consequence(action, topic, channel))
+            return self._confirm(request, fields, *confirmation(action, topic, channel))
         here = f"/topics/{path_segment(topic)}/{path_segment(channel)}"
         try:
             if action == "delete":
@@ -304,9 +304,13 @@ class Pages:
         return self._redirect("/lookup", _outcome(f"Created {created}.", errors))
 
 
-def _consequence(action: str, topic: str, channel: str = "") -> str:
+def confirmation(action: str, topic: str, channel: str = "") -> tuple[str, str]:
+    """(question, consequence) an operator answers before ``action`` on a topic or channel: the
+    same words in the dialog (nsqadmin.js) and on the confirmation page."""
     what = f"channel {channel}" if channel else f"topic {topic}"
-    return {
+    question = f"{action.capitalize()} channel {channel} of topic {topic}?" if channel else \
+        f"{action.capitalize()} topic {topic}?"
+    return question, {
         "pause": f"Every nsqd will stop delivering messages of {what}; they queue up until it is unpaused."
                  if channel else f"Every nsqd will stop passing messages of {what} to its channels; "
                                  f"they queue up in the topic until it is unpaused.",
