@@ -50,7 +50,9 @@ def bind(address: str) -> socket.socket:
         else:
             host, port = parsed
             info = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-            sock = socket.socket(info[0], socket.SOCK_STREAM)
+            # The protocol must be given: asyncio sets TCP_NODELAY only on sockets it knows are TCP, and
+            # without it Nagle holds uvicorn's body behind its headers until the client's delayed ACK (~40 ms).
+            sock = socket.socket(info[0], socket.SOCK_STREAM, info[2])
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(info[4])
         sock.listen(socket.SOMAXCONN)

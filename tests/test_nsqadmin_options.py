@@ -11,6 +11,7 @@ import pytest
 
 from common import VERSION
 from common.goflags import FlagError
+from nsqadmin.nsqadmin import bind
 from nsqadmin.options import load_options, normalize_base_path
 
 from .admin_helpers import AdminProcess
@@ -125,3 +126,13 @@ def test_signals_stop_it_cleanly(signum):
     log = admin.log()
     assert f"received {signal.Signals(signum).name}, exiting" in log and "NSQ: bye" in log
     assert "Traceback" not in log
+
+
+def test_the_listener_is_a_tcp_socket_so_asyncio_disables_nagle():
+    """A socket made with protocol 0 gets no TCP_NODELAY from asyncio: each small answer then waits
+    ~40 ms for the client's delayed ACK."""
+    sock = bind("127.0.0.1:0")
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()
