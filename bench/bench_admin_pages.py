@@ -47,7 +47,8 @@ def start_fake_cluster(args) -> tuple[subprocess.Popen, dict]:
 
 def start_nsqadmin(lookupd_port: int) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "nsqadmin", "--http-address=127.0.0.1:0",
-                             f"--lookupd-http-address=127.0.0.1:{lookupd_port}"], cwd=ROOT,
+                             f"--lookupd-http-address=127.0.0.1:{lookupd_port}", "--stats-interval=0",
+                             "--rollup-interval=0"], cwd=ROOT,
                             stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         match = re.search(r"HTTP: listening on (127\.0\.0\.1:\d+)", line)

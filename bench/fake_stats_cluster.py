@@ -72,7 +72,7 @@ class FakeNsqd:
     @functools.cached_property
     def info(self) -> bytes:
         return json.dumps({"version": "1.3.0", "broadcast_address": "127.0.0.1", "hostname": f"fake-nsqd-{self.node:02d}",
-                           "http_port": self.http_port, "tcp_port": 4150, "start_time": CONNECT_TS}).encode()
+                           "http_port": self.http_port, "tcp_port": 4150 + self.node, "start_time": CONNECT_TS}).encode()
 
     async def handle(self, request) -> Response:
         if request.path == "/info":
@@ -90,7 +90,7 @@ class FakeLookupd:
 
     def peer(self, nsqd: FakeNsqd) -> dict:
         return {"remote_address": f"127.0.0.1:{50000 + nsqd.node}", "hostname": f"fake-nsqd-{nsqd.node:02d}",
-                "broadcast_address": "127.0.0.1", "tcp_port": 4150, "http_port": nsqd.http_port, "version": "1.3.0"}
+                "broadcast_address": "127.0.0.1", "tcp_port": 4150 + nsqd.node, "http_port": nsqd.http_port, "version": "1.3.0"}
 
     @functools.cached_property
     def nodes(self) -> bytes:

@@ -7,9 +7,12 @@ json.Decoder does (a bad body is a 400 with the decoder's complaint). Lists NSQ 
 nil when empty come back as ``null``, and maps with their keys sorted, as Go writes them.
 """
 
+import asyncio
 import json
 import logging
+from datetime import datetime, timezone
 
+import pyarrow as pa
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -22,6 +25,8 @@ from serving.v1 import HTTPError
 from . import views
 from .clusterinfo import TOPIC_ACTIONS, UpstreamFailure, escape
 from .guard import config_allowed, is_admin
+from .history import layout
+from .history.reader import History
 from .options import FLAGS, LOG_LEVELS, check_http_address
 from .upstream import UpstreamError
 
@@ -85,6 +90,7 @@ class AdminAPI:
         self.admin = admin
         self.ci = admin.ci
         self.operator = admin.operator
+        self.history = History(admin.opts.stats_dir)
 
     @property
     def opts(self):
@@ -169,6 +175,42 @@ class AdminAPI:
             raise HTTPError(500, "INTERNAL_ERROR") from None
         rate = "N/A" if first is None or first < 0 else f"{first / interval:.2f}"
         return ok({"rate": rate})
+
+    # -- stats history ------------------------------------------------------------------
+
+    async def _history(self, read, *args):
+        try:
+            return await asyncio.to_thread(read, *args)
+        except (OSError, pa.ArrowException) as exc:
+            log.error("cannot read the stats history in %s - %s", self.opts.stats_dir, exc)
+            raise HTTPError(500, "INTERNAL_ERROR") from None
+
+    async def rollups(self, request: Request) -> Response:
+        """Windows of a topic or channel, on one node or summed across nodes, oldest first."""
+        values = query(request)
+        topic = arg(values, "topic", "MISSING_ARG_TOPIC")
+        if not is_valid_name(topic):
+            raise HTTPError(400, "INVALID_ARG_TOPIC")
+        channel = values.get("channel", [""])[0]
+        if channel and not is_valid_name(channel):
+            raise HTTPError(400, "INVALID_ARG_CHANNEL")
+        window = values.get("window", ["1m"])[0]
+        if window not in layout.WINDOWS:
+            raise HTTPError(400, "INVALID_ARG_WINDOW")
+        since = None
+        if "since" in values:
+            raw = values["since"][0]
+            if not raw.isdigit():
+                raise HTTPError(400, "INVALID_ARG_SINCE")
+            since = datetime.fromtimestamp(min(int(raw), 253402300799), timezone.utc)
+        node = values.get("node", [""])[0] or layout.ALL_NODES
+        series = await self._history(self.history.series, window, topic, channel, node, since)
+        return ok({"window": window, "series": series})
+
+    async def health(self, request: Request) -> Response:
+        """Every channel's status and reason from the last rollup run."""
+        found = await self._history(self.history.health) or {}
+        return ok({"generated": found.get("generated"), "channels": found.get("channels") or []})
 
     # -- changing -----------------------------------------------------------------------
 

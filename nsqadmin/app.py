@@ -85,6 +85,8 @@ def build_app(admin):
         ("DELETE", "/api/topics/{topic}/{channel}", api.delete_channel),
         ("GET", "/api/counter", api.counter),
         ("GET", "/api/graphite", api.graphite),
+        ("GET", "/api/rollups", api.rollups),
+        ("GET", "/api/health", api.health),
         ("GET", "/config/{opt}", api.config),
         ("PUT", "/config/{opt}", api.config),
     ]

@@ -4,6 +4,7 @@ Jinja2 filters for nsqadmin's pages (NSQ's handlebars helpers commafy, nanotohum
 floatToPercent and percSuffix, in the same spirit).
 """
 
+from datetime import datetime, timezone
 from urllib.parse import quote
 
 _NS_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"))
@@ -67,6 +68,19 @@ def percentile_label(quantile) -> str:
     return f"p{label}"
 
 
+def per_second(rate) -> str:
+    """A rate: ``0/s``, ``0.25/s``, ``12.5/s``, ``1,234/s``."""
+    rate = float(rate)
+    if rate >= 100 or rate == 0:
+        return f"{rate:,.0f}/s"
+    return f"{rate:.2f}".rstrip("0").rstrip(".") + "/s"
+
+
+def utc_time(unix_seconds) -> str:
+    """``2026-11-23 15:04 UTC``."""
+    return datetime.fromtimestamp(int(unix_seconds), timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def path_segment(value: str) -> str:
     """A topic, channel or node name as one URL path segment (``#`` and ``/`` escaped)."""
     return quote(value, safe="")
@@ -78,5 +92,7 @@ FILTERS = {
     "human_duration": human_duration,
     "human_size": human_size,
     "percentile_label": percentile_label,
+    "per_second": per_second,
+    "utc_time": utc_time,
     "segment": path_segment,
 }

@@ -3,10 +3,18 @@
 ``run`` binds the HTTP address itself (so a port in use is a start-up error with NSQ's
 exit status, not uvicorn's), serves the app with uvicorn on asyncio until ``stop()``,
 then lets notifications still on the way finish and closes the upstream client.
+
+Beside uvicorn run the stats history's recorder (--stats-interval, ``recorder``) and the
+rollup job's scheduler (--rollup-interval, ``scheduler``); each is None when turned off.
+At stop both end before ``run`` returns: the recorder writes its last rows, a running
+rollup job is stopped.
 """
 
+import asyncio
 import logging
+import os
 import socket
+from pathlib import Path
 
 import uvicorn
 
@@ -16,6 +24,10 @@ from serving.listeners import format_address, listen_error, parse_address
 from .actions import Operator
 from .app import build_app
 from .clusterinfo import ClusterInfo
+from .history.raw_writer import RawWriter
+from .history.recorder import FLUSH_SECONDS, Recorder
+from .history.scheduler import RollupScheduler
+from .history.stats_fetcher import StatsFetcher
 from .notify import Notifier
 from .options import allowed_config_network
 from .upstream import Upstream, client_ssl_context
@@ -62,6 +74,19 @@ def bind(address: str) -> socket.socket:
     return sock
 
 
+def prepare_stats_dir(path: str) -> None:
+    """Create --stats-dir and check that nsqadmin can write in it; OSError saying why if not."""
+    directory = Path(path)
+    probe = directory / f".probe.{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        why = exc.strerror.lower() if exc.strerror else exc
+        raise OSError(f"--stats-dir: cannot write to {path} - {why}") from exc
+
+
 class NSQAdmin:
     def __init__(self, opts):
         self.opts = opts
@@ -79,6 +104,14 @@ class NSQAdmin:
         self.ci = ClusterInfo(self.upstream, opts)
         self.notifier = Notifier(opts.notification_http_endpoint, self.upstream)
         self.operator = Operator(self.ci, self.notifier)
+        if opts.stats_interval or opts.rollup_interval:
+            prepare_stats_dir(opts.stats_dir)
+        self.recorder: Recorder | None = None
+        if opts.stats_interval:
+            fetcher = StatsFetcher(opts.http_client_connect_timeout, opts.http_client_request_timeout, ssl_context)
+            self.recorder = Recorder(self.ci, fetcher, RawWriter(opts.stats_dir), opts.stats_interval,
+                                     None if opts.rollup_interval else FLUSH_SECONDS)
+        self.scheduler = RollupScheduler(opts, self.recorder) if opts.rollup_interval else None
         self.http_port = 0
         self._server: _Server | None = None
         self._stopping = False
@@ -96,15 +129,21 @@ class NSQAdmin:
                  self.opts.log_prefix)
         self._server = _Server(config)
         self._server.should_exit = self._stopping
+        history = [part for part in (self.recorder, self.scheduler) if part is not None]
+        for part in history:
+            part.start()
         try:
             await self._server.serve(sockets=[sock])
         finally:
             log.info("HTTP: closing %s", format_address(name))
+            await asyncio.gather(*(part.stop() for part in history))
             await self.notifier.drain()
             await self.upstream.aclose()
         log.info("NSQ: bye")
 
     def stop(self) -> None:
         self._stopping = True
+        if self.scheduler is not None:
+            self.scheduler.close()
         if self._server is not None:
             self._server.should_exit = True

@@ -3,14 +3,18 @@ nsqadmin/options.go), and the checks nsqadmin.New makes before it starts."""
 
 import ipaddress
 import posixpath
+import re
 from types import SimpleNamespace
 from urllib.parse import urlsplit
 
-from common.goflags import Flag, FlagError
+from common.goflags import Flag, FlagError, format_duration
 from serving.daemon import load, options_with
 from serving.listeners import parse_address
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
+HISTORY_INTERVALS = ("stats_interval", "rollup_interval")
+_SPARK_MASTER = re.compile(r"local|local\[(?:[1-9][0-9]*|\*)\]"
+                           r"|spark://(?:\[[0-9A-Fa-f:.]+\]|[^/:\[\]\s]+):([0-9]{1,5})")
 
 FLAGS = [
     Flag("config", "str", "", "path to config file"),
@@ -50,6 +54,16 @@ FLAGS = [
          "admin user (may be given multiple times; if specified, only these users will be able to perform "
          "privileged actions; acl-http-header is used to determine the authenticated user)",
          cfg_key="admin_users"),
+    Flag("stats-dir", "str", "./nsqadmin-data/stats",
+         "directory of the cluster's stats history: snapshots (raw/) and the rollup job's windows (rollups/)"),
+    Flag("stats-interval", "duration", 10.0,
+         "how often to record a snapshot of every nsqd's /stats into --stats-dir (0 turns recording off)"),
+    Flag("stats-retention", "duration", 168 * 3600.0,
+         "how long the rollup job keeps raw snapshots and rollup windows in --stats-dir before deleting them"),
+    Flag("rollup-interval", "duration", 60.0,
+         "how often to run the rollup job (a separate process) over the snapshots (0 = no scheduled rollups)"),
+    Flag("spark-master", "str", "local[*]",
+         "Spark master of the rollup job: local, local[N], local[*] or spark://HOST:PORT"),
 ]
 
 
@@ -82,6 +96,24 @@ def allowed_config_network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6N
         raise FlagError(f"failed to parse --allow-config-from-cidr ({cidr}) - invalid CIDR address: {cidr}") from None
 
 
+def check_spark_master(master: str) -> None:
+    match = _SPARK_MASTER.fullmatch(master)
+    if match is None or (match.group(1) is not None and not 0 < int(match.group(1)) < 65536):
+        raise FlagError(f"invalid --spark-master {master!r}: use local, local[N], local[*] or spark://HOST:PORT")
+
+
+def _check_history(opts: SimpleNamespace) -> None:
+    for attr in HISTORY_INTERVALS:
+        if getattr(opts, attr) < 0:
+            flag = "--" + attr.replace("_", "-")
+            raise FlagError(f"{flag} ({format_duration(getattr(opts, attr))}) must not be negative")
+    if opts.stats_retention <= 0:
+        raise FlagError(f"--stats-retention ({format_duration(opts.stats_retention)}) must be positive")
+    if not opts.stats_dir and (opts.stats_interval or opts.rollup_interval):
+        raise FlagError("--stats-dir must not be empty while recording or rollups are on")
+    check_spark_master(opts.spark_master)
+
+
 def _validate(opts: SimpleNamespace) -> None:
     level = opts.log_level.lower() if isinstance(opts.log_level, str) else opts.log_level
     if level not in LOG_LEVELS:
@@ -108,6 +140,7 @@ def _validate(opts: SimpleNamespace) -> None:
         raise FlagError(f"--notification-http-endpoint ({opts.notification_http_endpoint}) must be a full http(s):// URL")
     opts.base_path = normalize_base_path(opts.base_path)
     parse_address(opts.http_address, "--http-address")
+    _check_history(opts)
 
 
 def load_options(argv: list[str]) -> SimpleNamespace:

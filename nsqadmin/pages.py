@@ -13,22 +13,30 @@ repeats an action. Every form carries the CSRF token of guard.py; only admins se
 may use the forms.
 """
 
+import asyncio
 import base64
 import json
 import logging
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import jinja2
+import pyarrow as pa
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from common import VERSION
+from common.goflags import format_duration
 from common.names import is_valid_name
 
 from . import views
 from .clusterinfo import TOPIC_ACTIONS, UpstreamFailure
+from .history import panels
+from .history.layout import ALL_NODES
+from .history.reader import History
 from .guard import CSRF_COOKIE, CSRF_FIELD, csrf_token_matches, is_admin, new_csrf_token
 from .humanize import FILTERS, path_segment
 from .producers import http_address
@@ -78,6 +86,7 @@ class Pages:
         self.ci = admin.ci
         self.operator = admin.operator
         self.templates = Jinja2Templates(env=_environment())
+        self.history = History(admin.opts.stats_dir)
 
     @property
     def opts(self):
@@ -130,6 +139,45 @@ class Pages:
                         httponly=True, samesite="strict")
         return page
 
+    # -- history ------------------------------------------------------------------------
+
+    def _no_history_note(self) -> str:
+        if not self.opts.stats_interval:
+            return "Recording is off: nsqadmin was started with --stats-interval=0."
+        when = (f"rolls them up every {format_duration(self.opts.rollup_interval)}" if self.opts.rollup_interval
+                else "rolls them up when nsqadmin-rollup runs (--rollup-interval=0)")
+        return (f"No history for this range yet: nsqadmin records the cluster every "
+                f"{format_duration(self.opts.stats_interval)} and {when}.")
+
+    async def _read_history(self, read, *args):
+        """A blocking read of the rollups, in a worker thread; None if the files cannot be read."""
+        try:
+            return await asyncio.to_thread(read, *args)
+        except (OSError, pa.ArrowException) as exc:
+            log.error("cannot read the stats history in %s - %s", self.opts.stats_dir, exc)
+            return None
+
+    async def _panel(self, request: Request, read, charts=panels.QUEUE_CHARTS) -> panels.Panel:
+        """The history section: ``read(window, since)`` over the range the page asks for."""
+        range_name = panels.chosen_range(request.query_params.get("range"))
+        now = time.time()
+        since = datetime.fromtimestamp(panels.since_for(range_name, now), timezone.utc)
+        rows = await self._read_history(read, panels.RANGES[range_name][1], since)
+        note = self._no_history_note() if rows is not None else "The stats history cannot be read: see nsqadmin's log."
+        return panels.panel(rows or [], range_name, now, note, charts)
+
+    async def _current(self) -> dict[tuple[str, str], dict]:
+        """The newest 1-minute window of every (topic, channel) across nodes."""
+        return await self._read_history(self.history.current, datetime.now(timezone.utc)) or {}
+
+    async def _health(self) -> dict[str, list[dict]]:
+        """The last rollup's channel health, per topic, most urgent first."""
+        health = await self._read_history(self.history.health) or {}
+        by_topic: dict[str, list[dict]] = {}
+        for entry in health.get("channels") or []:
+            by_topic.setdefault(entry["topic"], []).append(entry)
+        return {topic: panels.worst_first(entries) for topic, entries in by_topic.items()}
+
     # -- pages --------------------------------------------------------------------------
 
     async def topics(self, request: Request) -> Response:
@@ -137,7 +185,9 @@ class Pages:
             shown = await views.overview(self.ci)
         except UpstreamFailure as exc:
             return self._failure(request, exc, "topics")
-        return self._render(request, "topics.html", page="topics", warnings=shown.errors, **shown.data)
+        current, health = await asyncio.gather(self._current(), self._health())
+        return self._render(request, "topics.html", page="topics", warnings=shown.errors, current=current,
+                            health=health, **shown.data)
 
     async def topic(self, request: Request) -> Response:
         name = request.path_params["topic"]
@@ -145,8 +195,11 @@ class Pages:
             shown = await views.topic(self.ci, name)
         except UpstreamFailure as exc:
             return self._failure(request, exc, "topics")
+        current, health = await asyncio.gather(self._current(), self._health())
+        history = await self._panel(request, lambda window, since: self.history.topic_series(window, name, since))
         return self._render(request, "topic.html", page="topics", warnings=shown.errors, topic_name=name,
-                            topic=shown.data)
+                            topic=shown.data, current=current, health={e["channel"]: e for e in health.get(name, [])},
+                            history=history)
 
     async def channel(self, request: Request) -> Response:
         topic_name, channel_name = request.path_params["topic"], request.path_params["channel"]
@@ -155,9 +208,13 @@ class Pages:
         except UpstreamFailure as exc:
             return self._failure(request, exc, "topics")
         status = 200 if shown.data is not None else 404
+        health = await self._health()
+        history = await self._panel(request, lambda window, since: self.history.series(
+            window, topic_name, channel_name, ALL_NODES, since))
+        channel_health = next((e for e in health.get(topic_name, []) if e["channel"] == channel_name), None)
         return self._render(request, "channel.html", status, page="topics", warnings=shown.errors,
                             topic_name=topic_name, channel_name=channel_name, channel=shown.data,
-                            producers_found=shown.producers_found)
+                            producers_found=shown.producers_found, history=history, channel_health=channel_health)
 
     async def nodes(self, request: Request) -> Response:
         try:
@@ -174,7 +231,8 @@ class Pages:
             return self.not_found(request, f"No nsqd at {address} is known to the cluster.")
         except UpstreamFailure as exc:
             return self._failure(request, exc, "nodes")
-        return self._render(request, "node.html", page="nodes", warnings=shown.errors, **shown.data)
+        history = await self._panel(request, lambda window, since: self.history.node_series(window, address, since))
+        return self._render(request, "node.html", page="nodes", warnings=shown.errors, history=history, **shown.data)
 
     async def counter(self, request: Request) -> Response:
         try:
@@ -182,8 +240,9 @@ class Pages:
         except UpstreamFailure as exc:
             return self._failure(request, exc, "counter")
         total = sum(entry["message_count"] for entry in shown.data.values())
+        history = await self._panel(request, self.history.cluster_series, panels.COUNTER_CHARTS)
         return self._render(request, "counter.html", page="counter", warnings=shown.errors, total=total,
-                            channels=len(shown.data))
+                            channels=len(shown.data), history=history)
 
     async def lookup(self, request: Request) -> Response:
         try:

@@ -3,7 +3,10 @@ process on ephemeral loopback ports; plus an HTTP endpoint that records nsqadmin
 and a server that accepts connections but never answers."""
 
 import json
+import shutil
+import signal
 import socket
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,12 +25,20 @@ E2E_PERCENTILES = "--e2e-processing-latency-percentile=0.99,0.5"
 
 
 class AdminProcess(DaemonProcess):
-    """A real ``python -m nsqadmin`` on an ephemeral loopback port."""
+    """A real ``python -m nsqadmin`` on an ephemeral loopback port, recording its stats history into a
+    directory of its own and running no scheduled rollups, unless ``args`` (which win) say otherwise."""
 
     def __init__(self, *args: str):
-        super().__init__("nsqadmin", ["--http-address=127.0.0.1:0", *args], ("HTTP",))
+        self.stats_dir = tempfile.mkdtemp(prefix="nsqadmin-stats-")
+        super().__init__("nsqadmin", ["--http-address=127.0.0.1:0", f"--stats-dir={self.stats_dir}",
+                                      "--rollup-interval=0", *args], ("HTTP",))
         self.http_port = self.ports["HTTP"]
         self.url = f"http://127.0.0.1:{self.http_port}"
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        status = super().stop(signum)
+        shutil.rmtree(self.stats_dir, ignore_errors=True)
+        return status
 
 
 class Cluster:

@@ -1,0 +1,171 @@
+"""Time the stats-history rollup job: the first full rollup of a day of snapshots, then a one-minute incremental run.
+
+    python bench/bench_rollup.py [--data=/tmp/nsq-rollup-bench] [--runs=3] [--spark-master=local[2]]
+                                 [--nodes=10] [--channels=200] [--topics=20] [--hours=24]
+
+The snapshots are generated once (bench/history_data.py) into DATA/<shape>/stats and reused by
+later invocations. Each run hard-links them into a fresh DATA/<shape>/run/stats (the job never
+changes a file in place: it publishes new files by rename and unlinks old ones, so the links are
+safe), runs `nsqadmin-rollup` over everything as a new process (the first full rollup), appends
+one minute as nsqadmin's recorder would, and runs it again (the incremental run).
+
+Each run is measured as a whole process tree: wall seconds, CPU seconds and peak RSS. pyspark
+does not wait for the JVM it starts, so this process becomes a child subreaper: the JVM is
+reparented to it at the end and reaped here, with its resource usage. The job's log of every run
+is kept in DATA/<shape>/ (run-N-full.log, run-N-incremental.log) and its summary line printed.
+Raw rows per second = rows / the full run's wall seconds. The data starts on 2026-01-01, so
+--stats-retention is set long enough to keep all of it.
+"""
+
+import argparse
+import ctypes
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.history_data import ClusterShape, append_minute, generate, retention_keeping  # noqa: E402
+from nsqadmin.history import layout  # noqa: E402
+
+PR_SET_CHILD_SUBREAPER = 36
+FULL_ROWS_PER_SECOND_TARGET = 250_000
+INCREMENTAL_SECONDS_TARGET = 20.0
+
+
+@dataclass(frozen=True)
+class Measurement:
+    wall: float
+    cpu: float
+    peak_rss: int  # bytes, of the largest process in the tree (the JVM)
+
+    def describe(self) -> str:
+        return f"{self.wall:.1f} s wall, {self.cpu:.1f} CPU s, peak RSS {self.peak_rss / 2**20:,.0f} MiB"
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants (pyspark's JVM) are reparented to this process, so it can reap and measure them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def run_job(stats_dir: Path, master: str, retention: str, log: Path) -> Measurement:
+    """Run one rollup as a new process; wait for it and every process it left behind."""
+    command = [str(Path(sys.executable).parent / "nsqadmin-rollup"), "--stats-dir", str(stats_dir),
+               "--spark-master", master, "--stats-retention", retention]
+    began = time.perf_counter()
+    with open(log, "w") as output:
+        job = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+    status, wall, cpu, peak = None, 0.0, 0.0, 0
+    while True:
+        try:
+            pid, wait_status, usage = os.wait4(-1, 0)
+        except ChildProcessError:
+            break
+        cpu += usage.ru_utime + usage.ru_stime
+        peak = max(peak, usage.ru_maxrss * 1024)
+        if pid == job.pid:
+            status = os.waitstatus_to_exitcode(wait_status)
+            wall = time.perf_counter() - began
+    job.returncode = status
+    if status != 0:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-20:])
+        raise SystemExit(f"{' '.join(command)} exited {status}; the end of {log}:\n{tail}")
+    return Measurement(wall, cpu, peak)
+
+
+def summary_line(log: Path) -> str:
+    lines = [line for line in log.read_text().splitlines() if "rollup: read" in line]
+    return lines[-1] if lines else "(no summary line in the job's log)"
+
+
+def prepared_data(data: Path, shape: ClusterShape, hours: int) -> tuple[Path, int]:
+    """The pristine stats dir for this shape (generated on first use) and its row count."""
+    home = data / f"{shape.nodes}n-{shape.channels}c-{shape.topics}t-{hours}h"
+    pristine, marker = home / "stats", home / "rows"
+    if marker.exists():
+        print(f"data: {int(marker.read_text()):,} rows cached in {pristine}")
+        return pristine, int(marker.read_text())
+    shutil.rmtree(pristine, ignore_errors=True)
+    began = time.perf_counter()
+    rows = generate(pristine, shape, hours)
+    marker.write_text(str(rows))
+    print(f"data: generated {rows:,} rows in {pristine} in {time.perf_counter() - began:.1f} s")
+    return pristine, rows
+
+
+def fresh_copy(pristine: Path, work: Path) -> Path:
+    """A new stats dir whose raw files are hard links to the pristine ones, and no rollups."""
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(layout.raw_dir(pristine), layout.raw_dir(work), copy_function=os.link)
+    return work
+
+
+def bench_run(number: int, pristine: Path, rows: int, master: str, retention: str) -> tuple[Measurement, Measurement]:
+    work = fresh_copy(pristine, pristine.parent / "run" / "stats")
+    full_log = pristine.parent / f"run-{number}-full.log"
+    full = run_job(work, master, retention, full_log)
+    print(f"run {number} full: {rows:,} rows, {full.describe()}, {rows / full.wall:,.0f} rows/s")
+    print(f"    {summary_line(full_log)}")
+    _, appended = append_minute(work)
+    incremental_log = pristine.parent / f"run-{number}-incremental.log"
+    incremental = run_job(work, master, retention, incremental_log)
+    print(f"run {number} incremental: +{appended:,} rows, {incremental.describe()}")
+    print(f"    {summary_line(incremental_log)}")
+    return full, incremental
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+def report(rows: int, fulls: list[Measurement], incrementals: list[Measurement]) -> None:
+    full_wall = statistics.median(m.wall for m in fulls)
+    incremental_wall = statistics.median(m.wall for m in incrementals)
+    rate = rows / full_wall
+    print(f"median full: {full_wall:.1f} s wall, {statistics.median(m.cpu for m in fulls):.1f} CPU s, "
+          f"{rate:,.0f} raw rows/s (target >= {FULL_ROWS_PER_SECOND_TARGET:,}: "
+          f"{verdict(rate >= FULL_ROWS_PER_SECOND_TARGET)})")
+    print(f"median incremental: {incremental_wall:.1f} s wall, "
+          f"{statistics.median(m.cpu for m in incrementals):.1f} CPU s "
+          f"(target < {INCREMENTAL_SECONDS_TARGET:.0f} s: {verdict(incremental_wall < INCREMENTAL_SECONDS_TARGET)})")
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=Path("/tmp/nsq-rollup-bench"),
+                        help="where the generated snapshots are kept between invocations")
+    parser.add_argument("--runs", type=positive, default=3)
+    parser.add_argument("--spark-master", default="local[2]")
+    parser.add_argument("--nodes", type=positive, default=10)
+    parser.add_argument("--channels", type=positive, default=200)
+    parser.add_argument("--topics", type=positive, default=20)
+    parser.add_argument("--hours", type=positive, default=24)
+    args = parser.parse_args()
+    if args.topics > args.channels:
+        parser.error(f"--topics ({args.topics}) must not exceed --channels ({args.channels})")
+    if not (Path(sys.executable).parent / "nsqadmin-rollup").exists():
+        parser.exit(1, f"bench_rollup: no nsqadmin-rollup beside {sys.executable}: run with the project's .venv\n")
+    become_subreaper()
+    pristine, rows = prepared_data(args.data, ClusterShape(args.nodes, args.channels, args.topics), args.hours)
+    retention = retention_keeping()
+    runs = [bench_run(number, pristine, rows, args.spark_master, retention) for number in range(1, args.runs + 1)]
+    report(rows, [full for full, _ in runs], [incremental for _, incremental in runs])
+
+
+if __name__ == "__main__":
+    main()

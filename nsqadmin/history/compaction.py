@@ -1,0 +1,104 @@
+"""Merging a closed hour's small raw files into one file, with pyarrow (no Spark).
+
+Theory of operation. The recorder writes a small file per poll. Once an hour is closed (it ended
+more than :data:`CLOSED_AFTER` ago) and every file in it has been rolled up, its files are
+rewritten as one, sorted by series, so later runs open one file instead of hundreds. No crash
+may let a row be read twice or be lost, so the merge goes in steps, each safe to stop after:
+
+1. record ``{"dir", "file", "replaces"}`` as the state's ``compacting`` (no new file exists yet);
+2. write the merged rows under ``file``'s hidden twin (invisible to readers and to the job);
+3. publish it as ``file``: from here on the merged file holds the hour's rows;
+4. delete the replaced files;
+5. in ``seen``, put ``file`` in place of the replaced names, and clear ``compacting``.
+
+Every run starts with :func:`recover`: with ``compacting`` set, it finishes steps 4-5 if
+``file`` is visible, and otherwise rolls back by deleting the hidden twin, keeping the old files.
+"""
+
+import os
+import uuid
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import layout
+from .rollup_state import RollupState, raw_hour, save_state
+
+CLOSED_AFTER = timedelta(minutes=10)
+SORT_KEYS = [("node", "ascending"), ("topic", "ascending"), ("channel", "ascending"), ("ts", "ascending")]
+
+
+def recover(stats_dir: Path, state: RollupState) -> None:
+    """Finish or roll back a compaction that an earlier run did not complete."""
+    record = state.compacting
+    if record is None:
+        return
+    directory = layout.raw_dir(stats_dir) / record["dir"]
+    if (directory / record["file"]).exists():
+        _replace(stats_dir, state, record)
+        return
+    for twin in directory.glob(f".{record['file']}.*.tmp"):
+        twin.unlink()
+    state.compacting = None
+    save_state(stats_dir, state)
+
+
+def compact_closed_hours(stats_dir: Path, state: RollupState, now: datetime) -> int:
+    """Merge every closed, fully rolled-up raw hour of several files; how many hours were merged."""
+    by_dir: dict[str, list[str]] = {}
+    for relative in sorted(state.seen):
+        directory, _, name = relative.rpartition("/")
+        by_dir.setdefault(directory, []).append(name)
+    merged = 0
+    for directory, names in sorted(by_dir.items()):
+        if _closed(directory, now) and len(names) > 1 and _all_seen(stats_dir, directory, names):
+            _compact(stats_dir, state, directory, names)
+            merged += 1
+    return merged
+
+
+def _closed(directory: str, now: datetime) -> bool:
+    return raw_hour(directory) + timedelta(hours=1) + CLOSED_AFTER < now
+
+
+def _all_seen(stats_dir: Path, directory: str, names: list[str]) -> bool:
+    """Whether the directory's visible files are exactly ``names`` (no file still to roll up)."""
+    visible = layout.visible_files(layout.raw_dir(stats_dir) / directory)
+    return sorted(path.name for path in visible) == sorted(names)
+
+
+def _compact(stats_dir: Path, state: RollupState, directory: str, names: list[str]) -> None:
+    record = {"dir": directory, "file": f"compacted-{uuid.uuid4().hex[:16]}.parquet", "replaces": names}
+    state.compacting = record
+    save_state(stats_dir, state)
+    hour_dir = layout.raw_dir(stats_dir) / directory
+    tables = [pq.read_table(hour_dir / name, schema=layout.RAW_SCHEMA) for name in names]
+    final = hour_dir / record["file"]
+    twin = layout.hidden_twin(final)
+    pq.write_table(pa.concat_tables(tables).sort_by(SORT_KEYS), twin, compression="snappy")
+    layout.publish(twin, final)
+    _replace(stats_dir, state, record)
+
+
+def _replace(stats_dir: Path, state: RollupState, record: dict) -> None:
+    """Steps 4-5: the merged file is visible; delete what it replaces and record it as seen."""
+    directory = layout.raw_dir(stats_dir) / record["dir"]
+    for name in record["replaces"]:
+        (directory / name).unlink(missing_ok=True)
+        state.seen.discard(f"{record['dir']}/{name}")
+    _sync_directory(directory)
+    state.seen.add(f"{record['dir']}/{record['file']}")
+    state.compacting = None
+    save_state(stats_dir, state)
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make the deletions durable before ``seen`` stops naming the files: a replaced file that
+    came back after a power loss would be rolled up a second time."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,346 @@
+"""The rollup run: raw snapshots into 1-minute, 1-hour and 1-day windows, incrementally.
+
+Theory of operation. One run, under rollups/.lock:
+
+1. finish or roll back an interrupted compaction (compaction.py), then find the raw files not
+   yet rolled up (rollup_state.py). Without any, skip to 5: the JVM is not even started.
+2. Work out the minutes to rewrite and the raw files to read (touched.py), and read those
+   files' rows of the needed spans, leaving out the rows that only mark a node as missing.
+3. A node's minutes: per series (node, topic, channel), each snapshot's counter deltas from the
+   series' previous snapshot (a window ordered by time; a reset counter means nsqd restarted,
+   and its new value is the delta; a gap over MAX_DELTA_GAP starts a new baseline), then one
+   row per series and minute. The window's shuffle (on a 64-bit hash of the series) and its
+   sort by minute also serve the per-minute aggregation, which streams without a hash table.
+4. Each level is written in full for every partition it touches: the 1m partitions (hours) get
+   the rows they kept outside the rewritten minutes plus the new ones, and their ALL_NODES rows
+   recomputed from those node rows in the same pass (one shuffle by hour, one file per hour);
+   the 1h partitions (days) get the hours of the new 1m files, the 1d partitions (months) the
+   days of the new 1h files. Files go to a hidden staging directory, then each replaces its
+   partition atomically. A run that dies before the end leaves its raw files new, and the next
+   run rewrites the same partitions from scratch.
+5. health.json from the newest minutes, then the state, retention, and compaction.
+"""
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from functools import reduce
+from operator import or_
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession, Window, functions as F
+
+from . import compaction, layout
+from .health_report import write_health
+from .partitions import period_start
+from .rollup_columns import (all_nodes_columns, coarser_aggregates, coarser_columns, node_minute_aggregates,
+                             node_minute_columns, spark_schema, with_p95_ranks)
+from .rollup_state import (RollupState, delete_expired_raw, delete_expired_rollups, load_state, raw_files,
+                           raw_hour, rollup_lock, save_state)
+from .spark_session import shuffle_partitions_for
+from .touched import (MAX_DELTA_GAP, Span, files_to_read, hours_overlapping, new_row_spans, read_spans,
+                      rewrite_spans)
+
+log = logging.getLogger("nsqadmin-rollup")
+
+DEFAULT_RETENTION = timedelta(hours=168)
+RAW_SCHEMA = spark_schema(layout.RAW_SCHEMA)
+ROLLUP_SCHEMA = spark_schema(layout.ROLLUP_SCHEMA)
+ROLLUP_NAMES = layout.ROLLUP_SCHEMA.names
+GAUGES_AND_COUNTERS = ("depth", "in_flight", "deferred", "message_count", "requeue_count", "timeout_count",
+                       "client_count")
+COUNTERS = ("message_count", "requeue_count", "timeout_count")
+SERIES = ("sid", "sid2")
+MINUTE_US = 60_000_000
+MAX_DELTA_GAP_US = MAX_DELTA_GAP // timedelta(microseconds=1)
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# How each level is partitioned on disk: the partition columns and their values from ``ts``.
+PARTITION_KEYS = {"1m": {"date": "yyyy-MM-dd", "hour": "HH"}, "1h": {"date": "yyyy-MM-dd"},
+                  "1d": {"month": "yyyy-MM"}}
+STAGING_PREFIX = ".staging-"
+_FINER = {"1h": "1m", "1d": "1h"}
+_UNIT = {"1h": "hour", "1d": "day"}
+
+
+@dataclass
+class RollupSummary:
+    raw_rows: int = 0
+    files: int = 0
+    windows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(layout.WINDOWS, 0))
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        levels = ", ".join(f"{level}: {count}" for level, count in self.windows.items())
+        return (f"rollup: read {self.raw_rows} raw rows from {self.files} files, wrote "
+                f"{sum(self.windows.values())} windows ({levels}) in {self.seconds:.1f} s")
+
+
+def run_rollup(stats_dir: str | Path, spark: Callable[[int], SparkSession], now: datetime | None = None,
+               retention: timedelta = DEFAULT_RETENTION) -> RollupSummary | None:
+    """One run over ``stats_dir``; None if another run holds the lock. ``spark(raw_bytes)`` is
+    called only when there is something to roll up, with the size of the raw files to read;
+    ``now`` decides retention and which hours are closed."""
+    started = time.monotonic()
+    stats_dir = Path(stats_dir)
+    now = now or datetime.now(timezone.utc)
+    with rollup_lock(stats_dir) as locked:
+        if not locked:
+            log.info("another rollup is running")
+            return None
+        _remove_staging(stats_dir)
+        state = load_state(stats_dir)
+        compaction.recover(stats_dir, state)
+        summary = _roll_up_new_files(stats_dir, spark, state)
+        write_health(stats_dir, now)
+        _apply_retention(stats_dir, state, now - retention)
+        compacted = compaction.compact_closed_hours(stats_dir, state, now)
+        if compacted:
+            log.info("compacted the raw files of %d closed hours", compacted)
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _remove_staging(stats_dir: Path) -> None:
+    """Staging directories left by runs that died (only the lock holder writes one)."""
+    for staging in layout.rollups_dir(stats_dir).glob(STAGING_PREFIX + "*"):
+        shutil.rmtree(staging)
+
+
+def _roll_up_new_files(stats_dir: Path, spark: Callable[[int], SparkSession], state: RollupState) -> RollupSummary:
+    files = _raw_files_in_layout(stats_dir)
+    new_files = [relative for relative in files if relative not in state.seen]
+    log.info("found %d raw files, %d new", len(files), len(new_files))
+    if not new_files:
+        return RollupSummary()
+    rewrite = rewrite_spans(new_row_spans(layout.raw_dir(stats_dir), new_files, state.seen))
+    paths = [layout.raw_dir(stats_dir) / relative for relative in files_to_read(files, read_spans(rewrite))]
+    raw_bytes = sum(path.stat().st_size for path in paths)
+    log.info("reading %d raw files (%.1f MB) to rewrite %s", len(paths), raw_bytes / 1e6, _describe(rewrite))
+    session = spark(raw_bytes)
+    session.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(raw_bytes)))
+    staging = layout.rollups_dir(stats_dir) / f"{STAGING_PREFIX}{os.getpid()}"
+    try:
+        summary = _roll_up(session, stats_dir, staging, paths, rewrite)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    state.seen.update(new_files)
+    save_state(stats_dir, state)
+    return summary
+
+
+def _raw_files_in_layout(stats_dir: Path) -> list[str]:
+    """The visible raw files, less (with a warning) any outside a date=/hour= directory."""
+    files = []
+    for relative in raw_files(stats_dir):
+        try:
+            raw_hour(relative)
+        except ValueError as exc:
+            log.warning("ignoring raw file: %s", exc)
+            continue
+        files.append(relative)
+    return files
+
+
+def _roll_up(spark: SparkSession, stats_dir: Path, staging: Path, paths: list[Path],
+             rewrite: list[Span]) -> RollupSummary:
+    hours = hours_overlapping(rewrite)
+    days = sorted({hour.replace(hour=0) for hour in hours})
+    months = sorted({day.replace(day=1) for day in days})
+    snapshots = _snapshots(spark, paths, read_spans(rewrite))
+    _write_minutes(spark, stats_dir, staging, _node_minutes(snapshots, rewrite), hours, rewrite)
+    _write_coarser(spark, stats_dir, staging, "1h", hours, days)
+    _write_coarser(spark, stats_dir, staging, "1d", days, months)
+    summary = RollupSummary(files=len(paths))
+    summary.raw_rows, summary.windows["1m"] = _count_minutes(_staged(staging, "1m"), rewrite)
+    summary.windows["1h"] = _count_windows(_staged(staging, "1h"), hours)
+    summary.windows["1d"] = _count_windows(_staged(staging, "1d"), days)
+    for level, periods in (("1m", hours), ("1h", days), ("1d", months)):
+        _publish(stats_dir, staging, level, periods)
+        log.info("wrote %d %s windows into %d partitions", summary.windows[level], level, len(periods))
+    return summary
+
+
+def _describe(spans: list[Span]) -> str:
+    return ", ".join(f"[{start:%Y-%m-%d %H:%M}, {end:%Y-%m-%d %H:%M})" for start, end in spans)
+
+
+def _within(column: str, spans: list[Span]) -> Column:
+    return reduce(or_, [(F.col(column) >= F.lit(start)) & (F.col(column) < F.lit(end)) for start, end in spans])
+
+
+def _micros(ts: datetime) -> int:
+    return (ts - EPOCH) // timedelta(microseconds=1)
+
+
+def _within_us(column: str, spans: list[Span]) -> Column:
+    return reduce(or_, [(F.col(column) >= _micros(start)) & (F.col(column) < _micros(end)) for start, end in spans])
+
+
+def _snapshots(spark: SparkSession, paths: list[Path], spans: list[Span]) -> DataFrame:
+    """The raw rows of ``spans`` that are snapshots (not missing-node markers), each series
+    named by two hashes of (node, topic, channel): 96 bits, so that no two of even a million
+    series collide (a chance of one in 10^17). A null gauge or counter counts as 0."""
+    raw = spark.read.schema(RAW_SCHEMA).parquet(*map(str, paths))
+    return (raw.where(_within("ts", spans) & ~F.coalesce(F.col("missing"), F.lit(False)))
+            .withColumn("sid", F.xxhash64("node", "topic", "channel"))
+            .withColumn("sid2", F.hash("node", "topic", "channel")))
+
+
+def _series_names(snapshots: DataFrame) -> DataFrame:
+    return snapshots.select(*SERIES, "node", "topic", "channel").distinct()
+
+
+def _numbers(snapshots: DataFrame) -> DataFrame:
+    """What the deltas and the minute aggregates need of a snapshot, names left out: the
+    window's shuffle moves every raw row, and the names double its size."""
+    ts_us = F.unix_micros("ts")
+    value = {name: F.coalesce(F.col(name), F.lit(0)) for name in GAUGES_AND_COUNTERS}
+    return snapshots.select(
+        *SERIES, ts_us.alias("ts_us"), (ts_us - ts_us % MINUTE_US).alias("minute_us"),
+        *(value[name].alias(name) for name in ("depth", "in_flight", "message_count", "requeue_count",
+                                               "timeout_count", "client_count")),
+        (value["depth"] + value["in_flight"] + value["deferred"]).alias("backlog"),
+        F.coalesce(F.col("paused"), F.lit(False)).alias("paused"),
+        F.col("e2e_ns").getItem("0.99").alias("e2e_p99"),
+    )
+
+
+def _with_deltas(numbers: DataFrame) -> DataFrame:
+    """Each snapshot with its counter deltas from the series' previous snapshot (``dt_us`` the
+    time between them), or zeros as a new baseline."""
+    series = Window.partitionBy(*SERIES).orderBy("minute_us", "ts_us")
+    for column in ("ts_us", *COUNTERS, "backlog"):
+        numbers = numbers.withColumn(f"prev_{column}", F.lag(column).over(series))
+    continues = F.col("prev_ts_us").isNotNull() & (F.col("ts_us") - F.col("prev_ts_us") <= MAX_DELTA_GAP_US)
+
+    def delta(counter: str) -> Column:
+        current, before = F.col(counter), F.col(f"prev_{counter}")
+        return F.when(~continues, 0).when(current >= before, current - before).otherwise(current)
+
+    reset = F.col("message_count") < F.col("prev_message_count")
+    finished = F.when(~continues | reset, 0).otherwise(
+        F.greatest(F.lit(0), F.col("d_messages") - (F.col("backlog") - F.col("prev_backlog"))))
+    return (numbers.withColumn("dt_us", F.when(continues, F.col("ts_us") - F.col("prev_ts_us")).otherwise(0))
+            .withColumn("d_messages", delta("message_count"))
+            .withColumn("d_requeues", delta("requeue_count"))
+            .withColumn("d_timeouts", delta("timeout_count"))
+            .withColumn("d_finished", finished))
+
+
+def _node_minutes(snapshots: DataFrame, rewrite: list[Span]) -> DataFrame:
+    """Each series' rows of the rewritten minutes."""
+    deltas = _with_deltas(_numbers(snapshots)).where(_within_us("minute_us", rewrite))
+    minutes = (with_p95_ranks(deltas, [*SERIES, "minute_us"], "depth")
+               .groupBy(*SERIES, "minute_us").agg(*node_minute_aggregates()))
+    return minutes.join(F.broadcast(_series_names(snapshots)), list(SERIES)).select(*node_minute_columns())
+
+
+def _existing(stats_dir: Path, level: str, periods: list[datetime]) -> list[str]:
+    paths = (layout.rollup_partition(stats_dir, level, start) for start in periods)
+    return [str(path) for path in paths if path.exists()]
+
+
+def _with_partition_keys(frame: DataFrame, level: str) -> DataFrame:
+    for name, pattern in PARTITION_KEYS[level].items():
+        frame = frame.withColumn(name, F.date_format("ts", pattern))
+    return frame
+
+
+def _write_minutes(spark: SparkSession, stats_dir: Path, staging: Path, node_minutes: DataFrame,
+                   hours: list[datetime], rewrite: list[Span]) -> None:
+    """The touched hours' 1m partitions: kept and new node rows, and their ALL_NODES rows."""
+    existing = _existing(stats_dir, "1m", hours)
+    if existing:
+        kept = (spark.read.schema(ROLLUP_SCHEMA).parquet(*existing)
+                .where((F.col("node") != layout.ALL_NODES) & ~_within("ts", rewrite)))
+        node_minutes = node_minutes.unionByName(kept)
+    keys = list(PARTITION_KEYS["1m"])
+    by_hour = _with_partition_keys(node_minutes, "1m").repartition(*keys)
+    minute = Window.partitionBy(*keys, "topic", "channel", "ts").orderBy("node")
+    whole_minute = minute.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    node_row = F.struct(*ROLLUP_NAMES, *keys)
+    all_nodes_row = F.when(F.row_number().over(minute) == 1,
+                           F.struct(*all_nodes_columns(whole_minute), *map(F.col, keys)))
+    pairs = by_hour.select(node_row.alias("node_row"), all_nodes_row.alias("all_nodes_row"))
+    rows = pairs.select(F.inline(F.array_compact(F.array("node_row", "all_nodes_row"))))
+    rows.write.partitionBy(*keys).parquet(str(staging / "1m"))
+
+
+def _write_coarser(spark: SparkSession, stats_dir: Path, staging: Path, level: str, rewritten: list[datetime],
+                   partitions: list[datetime]) -> None:
+    """The ``level`` windows starting at ``rewritten``, from the finer level just staged, merged
+    into their ``partitions``."""
+    finer_files = [str(path) for path in _staged(staging, _FINER[level])]
+    if finer_files:
+        finer = (spark.read.schema(ROLLUP_SCHEMA).parquet(*finer_files)
+                 .withColumn("start", F.date_trunc(_UNIT[level], "ts")))
+        group = ["node", "topic", "channel", "start"]
+        windows = (with_p95_ranks(finer, group, "depth_avg").groupBy(*group).agg(*coarser_aggregates())
+                   .withColumnRenamed("start", "ts").select(*coarser_columns()))
+    else:
+        windows = spark.createDataFrame([], ROLLUP_SCHEMA)
+    existing = _existing(stats_dir, level, partitions)
+    if existing:
+        kept = spark.read.schema(ROLLUP_SCHEMA).parquet(*existing).where(~F.col("ts").isin(rewritten))
+        windows = windows.unionByName(kept)
+    keys = list(PARTITION_KEYS[level])
+    (_with_partition_keys(windows, level).repartition(*keys)
+     .sortWithinPartitions(*keys, "topic", "channel", "ts", "node")
+     .write.partitionBy(*keys).parquet(str(staging / level)))
+
+
+def _staged(staging: Path, level: str) -> list[Path]:
+    return layout.visible_files(staging / level)
+
+
+def _count_minutes(files: list[Path], rewrite: list[Span]) -> tuple[int, int]:
+    """(snapshots rolled up, windows written) in the rewritten minutes of the staged 1m files."""
+    snapshots = windows = 0
+    for path in files:
+        table = pq.read_table(path, columns=["ts", "node", "samples"])
+        rewritten = table.filter(reduce(pc.or_, [pc.and_(pc.greater_equal(table["ts"], start),
+                                                         pc.less(table["ts"], end)) for start, end in rewrite]))
+        windows += rewritten.num_rows
+        snapshots += pc.sum(rewritten.filter(pc.not_equal(rewritten["node"], layout.ALL_NODES))["samples"]).as_py() or 0
+    return snapshots, windows
+
+
+def _count_windows(files: list[Path], rewritten: list[datetime]) -> int:
+    """The staged windows that start at one of ``rewritten``."""
+    return sum(pc.sum(pc.is_in(pq.read_table(path, columns=["ts"])["ts"], value_set=pa.array(
+        rewritten, layout.ROLLUP_SCHEMA.field("ts").type))).as_py() or 0 for path in files)
+
+
+def _publish(stats_dir: Path, staging: Path, level: str, partitions: list[datetime]) -> None:
+    """Each staged file replaces its partition; a touched partition left with no rows goes."""
+    staged: dict[datetime, Path] = {}
+    for path in _staged(staging, level):
+        start = period_start(level, path.relative_to(staging / level))
+        if start in staged:
+            raise RuntimeError(f"Spark wrote more than one file for {path.parent}")
+        staged[start] = path
+    for start in partitions:
+        final = layout.rollup_partition(stats_dir, level, start)
+        if start in staged:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            twin = layout.hidden_twin(final)
+            os.replace(staged[start], twin)
+            layout.publish(twin, final)
+        else:
+            final.unlink(missing_ok=True)
+
+
+def _apply_retention(stats_dir: Path, state: RollupState, cutoff: datetime) -> None:
+    raw_dirs = delete_expired_raw(stats_dir, state, cutoff)
+    partitions = delete_expired_rollups(stats_dir, cutoff)
+    if raw_dirs or partitions:
+        save_state(stats_dir, state)
+        log.info("retention: deleted %d raw hours and %d rollup partitions that ended before %s",
+                 raw_dirs, partitions, f"{cutoff:%Y-%m-%d %H:%M:%S}")

@@ -1,0 +1,118 @@
+"""The rollup job's SparkSession: settings measured on a shared 2-core machine.
+
+Theory of operation. The JVM is started only when a run has raw files to roll up
+(:class:`SessionOnDemand`), and then it knows how much it will read. Most runs are small (a
+minute of new snapshots) and pay mostly for start-up: the C1 compiler alone and the serial
+collector halve their CPU. A large run spends its time in Spark's generated loops over
+millions of rows, which run about twice as fast once C2 compiles them, so it gets the full
+JIT and the parallel collector. Spark's own logging is cut to errors by a log4j2 file written
+for the session's lifetime, so the job's progress lines stay readable. The number of shuffle
+partitions is set per run, from the size of the raw files read.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+APP_NAME = "nsqadmin-rollup"
+DRIVER_MEMORY = "3g"
+EXECUTOR_MEMORY = "1500m"
+SMALL_RUN_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+LARGE_RUN_JVM_OPTIONS = "-XX:+UseParallelGC"
+LARGE_RUN_BYTES = 64 << 20
+# One shuffle partition per this many bytes of raw Parquet: at fewer partitions the window's
+# sort of a full day spills to disk.
+RAW_BYTES_PER_SHUFFLE_PARTITION = 16 << 20
+MIN_SHUFFLE_PARTITIONS = 2
+MAX_SHUFFLE_PARTITIONS = 64
+LOG4J2_PROPERTIES = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [spark] %d{yyyy/MM/dd HH:mm:ss.SSSSSS} %p: %c{1}: %m%n%ex
+"""
+
+SETTINGS = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.memory": DRIVER_MEMORY,
+    "spark.executor.memory": EXECUTOR_MEMORY,
+    "spark.sql.parquet.compression.codec": "snappy",
+    # pyarrow reads the rollups: timestamps as Parquet's TIMESTAMP(MICROS, UTC), not Spark's INT96
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # the job names every raw file it reads: list them on the driver, not in a Spark job
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
+    "spark.sql.shuffle.partitions": str(MIN_SHUFFLE_PARTITIONS),
+    # The aggregations' input comes sorted from the windows, and Spark would then pick a sort
+    # aggregation, which it does not compile: the hash aggregation is two to three times faster.
+    "spark.sql.execution.replaceHashWithSortAgg": "false",
+    # A series' snapshots are one window partition (8,640 a day): keep them in memory.
+    "spark.sql.windowExec.buffer.in.memory.threshold": "262144",
+}
+
+
+def _log4j2_file() -> Path:
+    handle, name = tempfile.mkstemp(prefix="nsqadmin-rollup-log4j2-", suffix=".properties")
+    with os.fdopen(handle, "w") as out:
+        out.write(LOG4J2_PROPERTIES)
+    return Path(name)
+
+
+def jvm_options(raw_bytes: int) -> str:
+    return LARGE_RUN_JVM_OPTIONS if raw_bytes >= LARGE_RUN_BYTES else SMALL_RUN_JVM_OPTIONS
+
+
+def build_session(master: str, log4j2_file: Path, raw_bytes: int = 0) -> SparkSession:
+    """A session on ``master`` (``local[N]``, ``local[*]`` or ``spark://host:port`` on this
+    machine: executors read and write the same local paths as the driver), for a run that
+    reads ``raw_bytes`` of raw Parquet."""
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    java_options = f"{jvm_options(raw_bytes)} -Dlog4j2.configurationFile={log4j2_file.as_uri()}"
+    builder = SparkSession.builder.master(master).appName(APP_NAME)
+    for key, value in SETTINGS.items():
+        builder = builder.config(key, value)
+    builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    if master.startswith("spark://"):
+        builder = (builder.config("spark.executor.extraJavaOptions", java_options)
+                   .config("spark.cores.max", str(os.cpu_count() or 2)))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def shuffle_partitions_for(raw_bytes: int) -> int:
+    """Shuffle partitions for a run reading ``raw_bytes`` of raw Parquet."""
+    return max(MIN_SHUFFLE_PARTITIONS, min(MAX_SHUFFLE_PARTITIONS, raw_bytes // RAW_BYTES_PER_SHUFFLE_PARTITION))
+
+
+class SessionOnDemand:
+    """A SparkSession started on first use, for a run reading ``raw_bytes``; ``stop()`` ends it
+    if it was started."""
+
+    def __init__(self, master: str):
+        self.master = master
+        self._spark: SparkSession | None = None
+        self._log4j2_file: Path | None = None
+
+    def __call__(self, raw_bytes: int) -> SparkSession:
+        if self._spark is None:
+            self._log4j2_file = _log4j2_file()
+            self._spark = build_session(self.master, self._log4j2_file, raw_bytes)
+        return self._spark
+
+    def stop(self) -> None:
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+        if self._log4j2_file is not None:
+            self._log4j2_file.unlink(missing_ok=True)
+            self._log4j2_file = None
