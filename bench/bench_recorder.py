@@ -6,8 +6,9 @@ A fake cluster (bench/fake_stats_cluster.py, its own process) answers as --nodes
 with --topics topics of --channels channels each (the default: 10 nsqd x 200 channels),
 behind one nsqlookupd. This process builds nsqadmin (NSQAdmin, its default options but
 a temporary --stats-dir) pointed at every fake nsqd (--mode=nsqd: a poll asks each its
-/info and /stats) or at the fake lookupd (--mode=lookupd: the lookupd's /nodes, then each
-nsqd's /stats), and drives its recorder: each run does
+/stats, and its /info on a new connection) or at the fake lookupd (--mode=lookupd: the
+lookupd's /nodes when the recorder's listing is due, every third poll as the polls' ticks
+are 10 s apart, then each nsqd's /stats), and drives its recorder: each run does
 --polls polls back to back, measured with time.process_time (every thread of this
 process: nsqadmin's CPU, not the fake cluster's), then one flush of their rows to
 Parquet, measured the same way. A poll is everything the recorder does for one tick:

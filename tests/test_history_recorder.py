@@ -17,7 +17,9 @@ import pytest
 from nsqadmin.history.layout import RAW_SCHEMA, raw_dir, raw_partition, rollups_dir, visible_files
 from nsqadmin.history.raw_rows import PollRows, go_float_text
 from nsqadmin.history.raw_writer import RawWriter
-from nsqadmin.history.recorder import FLUSH_SECONDS
+from nsqadmin.clusterinfo import Answer
+from nsqadmin.history.recorder import FLUSH_SECONDS, LISTING_SECONDS, Recorder
+from nsqadmin.history.stats_fetcher import FetchError
 from nsqadmin.nsqadmin import NSQAdmin
 from nsqadmin.options import default_options
 
@@ -264,6 +266,60 @@ def test_scheduled_rollups_run_the_job_in_a_process_of_its_own(recorded, tmp_pat
     assert time.monotonic() - started < 15
     assert not job_processes(int(second[0]))
     assert "Traceback" not in admin.log()
+
+
+class ListingCluster:
+    """A ClusterInfo whose one lookupd lists ``nodes``, counting the listings."""
+
+    def __init__(self, *nodes: str):
+        self.lookupds, self.nsqds = ["lookupd:4161"], []
+        self.nodes = list(nodes)
+        self.listings = 0
+
+    async def lookupd_producers(self) -> Answer:
+        self.listings += 1
+        return Answer([{"broadcast_address": node.split(":")[0], "http_port": int(node.split(":")[1])}
+                       for node in self.nodes])
+
+
+class AnsweringNodes:
+    """A StatsFetcher whose nodes answer an empty /stats, but those in ``down``."""
+
+    def __init__(self):
+        self.down: set[str] = set()
+        self.connects: dict[str, int] = {}
+
+    async def get(self, address: str, path: str) -> bytes:
+        if address in self.down:
+            raise FetchError(f'Get "http://{address}{path}": EOF')
+        return b'{"topics": [{"topic_name": "t"}]}'
+
+
+def test_the_lookupds_are_asked_again_when_the_listing_is_old_or_a_node_failed(tmp_path):
+    """Listed at the first poll, again at the second (the listing changed from none), then only
+    once LISTING_SECONDS old; and at the poll after one where a node did not answer, and the
+    one after that (the listing changed)."""
+    cluster, fetcher = ListingCluster("a:1", "b:2"), AnsweringNodes()
+    recorder = Recorder(cluster, fetcher, RawWriter(tmp_path), interval=10, flush_every=None)
+    listings = []
+
+    async def poll_at(seconds: int) -> None:
+        await recorder.poll(1_700_000_000_000_000 + seconds * 1_000_000)
+        listings.append(cluster.listings)
+
+    async def scenario() -> None:
+        for seconds in range(0, 10 + LISTING_SECONDS + 1, 10):
+            await poll_at(seconds)
+        fetcher.down.add("b:2")
+        cluster.nodes.remove("b:2")
+        await poll_at(50)
+        await poll_at(60)
+        await poll_at(70)
+        await poll_at(80)
+
+    asyncio.run(scenario())
+    assert listings == [1, 2, 2, 2, 3, 3, 4, 5, 5]
+    assert recorder.writer.rows == 5 * 2 + 2 + 3  # a topic row a node, then a's and b's missing row, then a's
 
 
 # -- the raw writer against a real directory -------------------------------------------------

@@ -2,8 +2,9 @@
 
 Theory of operation. The recorder is a task on nsqadmin's event loop, beside uvicorn, and
 never blocks a page for long: its network waits are asynchronous, a poll of 10 nsqd x 200
-channels costs ~10 ms of CPU in all (bench/bench_recorder.py), and the disk is written in
-a worker thread (raw_writer).
+channels costs ~7 ms of CPU in all on the 2-core test machine (bench/bench_recorder.py:
+~2.5 ms decoding, ~3 ms building rows, ~1.5 ms asking), and the disk is written in a
+worker thread (raw_writer).
 
 - Ticks fall on wall-clock multiples of the interval; a poll's ``ts`` is its tick, the same
   for every node. A poll that outlasts the next tick does not queue ticks up: the missed
@@ -13,6 +14,15 @@ a worker thread (raw_writer).
   each address, named by its ``/info``, asked again only on a new connection (a restarted
   nsqd may have a new name; a running one keeps its connection). A node is
   ``producers.http_address``, the name the pages use.
+- The lookupds are asked at most every LISTING_SECONDS of ticks, not at every poll: a
+  listing through nsqadmin's HTTP client (httpx) and the merge of the lookupds' answers
+  cost ~1-2 ms of CPU, a third of a whole poll, for a cluster whose nodes rarely change.
+  They are asked again at the next poll, however recent the listing, when a node did not
+  answer (it may have left the cluster), when a lookupd failed, and when the last listing
+  differed from the one before it (nodes starting up). So a node that joins is recorded
+  within LISTING_SECONDS, and one that leaves and stops answering is recorded missing at
+  one poll more than before. The lookupds keep being asked through ClusterInfo, the one place that merges
+  their answers and words their failures, rather than through a second, lighter client.
 - Each node's ``/stats?format=json&include_clients=false`` is asked once a poll, all at
   once (stats_fetcher). A node that does not answer, or answers something that is not
   nsqd's ``/stats``, is one row with ``missing`` true (raw_rows). When no node answers,
@@ -44,6 +54,7 @@ log = logging.getLogger("nsqadmin")
 STATS_PATH = "/stats?format=json&include_clients=false"
 FLUSH_ROWS = 500_000
 FLUSH_SECONDS = 60.0
+LISTING_SECONDS = 30
 
 
 class Complaints:
@@ -78,6 +89,8 @@ class Recorder:
         self.flush_every = flush_every
         self.complaints = Complaints()
         self._listed: list[str] = []  # the nodes of the last lookupd listing
+        self._listed_at = 0  # the tick of that listing, in µs
+        self._relist = True  # list again at the next poll, however recent the listing
         self._names: dict[str, tuple[str, int]] = {}  # --nsqd-http-address -> (its name, fetcher.connects)
         self._loop: asyncio.Task | None = None
         self._flushing: asyncio.Task | None = None
@@ -125,7 +138,7 @@ class Recorder:
 
     async def poll(self, ts_us: int) -> None:
         """Record one snapshot of the cluster at ``ts_us``."""
-        addresses = await self._addresses()
+        addresses = await self._addresses(ts_us)
         answers = await asyncio.gather(*(self._ask(address) for address in addresses))
         rows = PollRows(ts_us)
         for node, stats in answers:
@@ -133,17 +146,22 @@ class Recorder:
                 rows.add_missing(node)
             else:
                 rows.add_node(node, stats)
+        if rows.missing:
+            self._relist = True
         if answers and len(rows.missing) == len(answers):
             self.complaints.failed("any nsqd", f"no nsqd answered; recording {len(answers)} node(s) as missing")
         elif answers:
             self.complaints.answered("any nsqd")
-        if len(rows):
-            self.writer.append(ts_us, rows.table())
+        table = rows.table()
+        if table.num_rows:
+            self.writer.append(ts_us, table)
 
-    async def _addresses(self) -> list[str]:
+    async def _addresses(self, ts_us: int) -> list[str]:
         """The HTTP addresses to ask: the lookupds' producers, or --nsqd-http-address."""
         if not self.ci.lookupds:
             return self.ci.nsqds
+        if not self._relist and 0 <= ts_us - self._listed_at < LISTING_SECONDS * 1_000_000:
+            return self._listed
         try:
             found = await self.ci.lookupd_producers()
         except UpstreamFailure as exc:
@@ -154,8 +172,10 @@ class Recorder:
             self.complaints.failed("nsqlookupd", "nsqlookupd: " + "; ".join(found.errors))
         else:
             self.complaints.answered("nsqlookupd")
-        self._listed = list(dict.fromkeys(nodes.http_address(producer) for producer in found.value))
-        return self._listed
+        listed = list(dict.fromkeys(nodes.http_address(producer) for producer in found.value))
+        self._relist = bool(found.errors) or listed != self._listed
+        self._listed, self._listed_at = listed, ts_us
+        return listed
 
     async def _name(self, address: str) -> str:
         """An --nsqd-http-address's node name, from its /info when not known on this connection."""
