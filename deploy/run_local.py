@@ -1,6 +1,7 @@
 """Run a local cluster in the foreground: one nsqlookupd, two nsqd registered with it, and nsqadmin.
 
-Data directories are ./data/nsqd1 and ./data/nsqd2; everything listens on 127.0.0.1.
+Data directories are ./data/nsqd1 and ./data/nsqd2, and nsqadmin keeps its stats history in
+./data/nsqadmin/stats; everything listens on 127.0.0.1.
 Ctrl-C (or SIGTERM) stops every process gracefully, nsqadmin and the nsqd first so that
 the nsqd's last UNREGISTERs still reach nsqlookupd; the exit status is 0 when all of
 them exit 0.
@@ -24,7 +25,8 @@ NSQDS = [
               "--lookupd-tcp-address=127.0.0.1:4160"])
     for n in range(2)
 ]
-ADMIN = ("nsqadmin", ["--http-address=127.0.0.1:4171", "--lookupd-http-address=127.0.0.1:4161"])
+ADMIN = ("nsqadmin", ["--http-address=127.0.0.1:4171", "--lookupd-http-address=127.0.0.1:4161",
+                      "--stats-dir=data/nsqadmin/stats"])
 
 
 def start(name: str, args: list[str]) -> subprocess.Popen:
@@ -43,7 +45,8 @@ def main() -> int:
     print("\nnsqlookupd: TCP 127.0.0.1:4160, HTTP http://127.0.0.1:4161\n"
           "nsqd 1:     TCP 127.0.0.1:4150, HTTP http://127.0.0.1:4151, data ./data/nsqd1\n"
           "nsqd 2:     TCP 127.0.0.1:4250, HTTP http://127.0.0.1:4251, data ./data/nsqd2\n"
-          "nsqadmin:   http://127.0.0.1:4171/  (open it in a browser)\n"
+          "nsqadmin:   http://127.0.0.1:4171/  (open it in a browser; stats history in ./data/nsqadmin/stats,\n"
+          "            recorded every 10s, rolled up by Spark every minute)\n"
           "press Ctrl-C to stop\n", flush=True)
     stopping = False
 
