@@ -1,0 +1,182 @@
+"""The PySpark rollup job on snapshots with known answers, on one real local SparkSession: exact
+messages, rates and depth statistics at every level and across nodes, a counter reset, a node that
+went missing, a late file, incremental runs equal to a full run, compaction (also interrupted),
+retention, and the nsqadmin-rollup command."""
+
+import subprocess
+import sys
+from datetime import timedelta
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from nsqadmin.history import layout
+from nsqadmin.history.rollup_job import run_rollup
+from nsqadmin.history.rollup_state import load_state
+
+from .history_raw import T0, copy_raw, missing, rollups, snapshot, utc, window, write_raw
+from .spark_fixtures import spark  # noqa: F401
+
+A, B = "10.0.0.1:4151", "10.0.0.2:4151"
+NOW = utc(T0 + 1800)
+
+
+def traffic(node: str, share: int, ticks: range, topic: str = "orders", channel: str = "billing") -> list[dict]:
+    """Snapshots every 10 s: ``10 * share`` messages and ``share`` requeue per snapshot, depth cycling
+    0, 10, ..., 50 (times ``share``) within each minute, 3 * share in flight, 2 clients."""
+    return [snapshot(T0 + 10 * i, node, topic, channel, messages=10 * share * i, requeues=share * i,
+                     depth=10 * share * (i % 6), in_flight=3 * share, clients=2,
+                     e2e_p99=1000.0 * i if node == A else None) for i in ticks]
+
+
+def roll_up(spark, stats_dir, now=NOW, **options):
+    return run_rollup(stats_dir, lambda raw_bytes: spark(raw_bytes), now=now, **options)
+
+
+def normalised(rows: list[dict]) -> list[dict]:
+    """Rows with floats rounded, so sums taken in another order compare equal."""
+    return [{key: round(value, 9) if isinstance(value, float) else value for key, value in row.items()}
+            for row in rows]
+
+
+def test_exact_messages_rates_and_depths_per_node_across_nodes_and_per_level(spark, tmp_path):
+    write_raw(tmp_path, traffic(A, 1, range(18)) + traffic(B, 2, range(18)))
+    summary = roll_up(spark, tmp_path)
+    assert summary.raw_rows == 36 and summary.windows == {"1m": 9, "1h": 3, "1d": 3}
+    minutes = rollups(tmp_path, "1m")
+    first = window(minutes, A, "orders", "billing", T0)
+    assert (first["samples"], first["messages"], first["covered_seconds"], first["rate"]) == (6, 50, 50.0, 1.0)
+    second = window(minutes, A, "orders", "billing", T0 + 60)
+    assert {key: second[key] for key in ("samples", "messages", "covered_seconds", "rate", "requeues", "timeouts",
+                                         "depth_max", "depth_avg", "depth_p95", "depth_last", "in_flight_max",
+                                         "clients_max", "e2e_p99_max", "finished", "paused_last")} == {
+        "samples": 6, "messages": 60, "covered_seconds": 60.0, "rate": 1.0, "requeues": 6, "timeouts": 0,
+        "depth_max": 50, "depth_avg": 25.0, "depth_p95": 47.5, "depth_last": 50, "in_flight_max": 3,
+        "clients_max": 2, "e2e_p99_max": 11000.0, "finished": 60, "paused_last": False}
+    both = window(minutes, layout.ALL_NODES, "orders", "billing", T0 + 60)
+    assert {key: both[key] for key in ("messages", "covered_seconds", "rate", "depth_max", "depth_avg", "depth_p95",
+                                       "depth_last", "in_flight_max", "clients_max", "e2e_p99_max")} == {
+        "messages": 180, "covered_seconds": 60.0, "rate": 3.0, "depth_max": 150, "depth_avg": 75.0,
+        "depth_p95": 142.5, "depth_last": 150, "in_flight_max": 9, "clients_max": 4, "e2e_p99_max": 11000.0}
+    for level, start in (("1h", T0), ("1d", T0 // 86400 * 86400)):
+        row = window(rollups(tmp_path, level), A, "orders", "billing", start)
+        assert (row["samples"], row["messages"], row["covered_seconds"], row["rate"]) == (18, 170, 170.0, 1.0)
+        assert (row["depth_max"], row["depth_avg"], row["depth_p95"], row["requeues"]) == (50, 25.0, 25.0, 17)
+        assert window(rollups(tmp_path, level), layout.ALL_NODES, "orders", "billing", start)["messages"] == 510
+
+
+def test_a_counter_reset_counts_the_messages_since_the_restart(spark, tmp_path):
+    counts = [100, 110, 120, 5, 15, 25]
+    write_raw(tmp_path, [snapshot(T0 + 10 * i, A, "orders", "billing", messages=count)
+                         for i, count in enumerate(counts)])
+    roll_up(spark, tmp_path)
+    minute = window(rollups(tmp_path, "1m"), A, "orders", "billing", T0)
+    assert (minute["messages"], minute["covered_seconds"], minute["rate"]) == (45, 50.0, 0.9)
+
+
+def test_a_missing_node_leaves_no_zeros_and_its_messages_arrive_with_it(spark, tmp_path):
+    rows = [snapshot(T0 + 10 * i, A, "orders", "billing", messages=10 * i, depth=7) for i in (0, 1, 2)]
+    rows += [missing(T0 + 10 * i, A) for i in (3, 4, 5)]
+    rows += [snapshot(T0 + 10 * i, A, "orders", "billing", messages=10 * i, depth=7) for i in range(6, 12)]
+    write_raw(tmp_path, rows)
+    roll_up(spark, tmp_path)
+    minutes = rollups(tmp_path, "1m")
+    gap = window(minutes, A, "orders", "billing", T0)
+    assert (gap["samples"], gap["messages"], gap["covered_seconds"], gap["depth_avg"]) == (3, 20, 20.0, 7.0)
+    back = window(minutes, A, "orders", "billing", T0 + 60)
+    assert (back["samples"], back["messages"], back["covered_seconds"], back["rate"]) == (6, 90, 90.0, 1.0)
+    assert {row["node"] for row in minutes} == {A, layout.ALL_NODES}
+
+
+def test_incremental_runs_and_a_late_file_give_what_one_full_run_gives(spark, tmp_path):
+    incremental, full = tmp_path / "incremental", tmp_path / "full"
+    batches = [traffic(A, 1, range(6)) + traffic(B, 2, range(6)),
+               traffic(A, 1, range(6, 18)) + traffic(A, 1, range(6), "clicks", ""),
+               traffic(B, 2, range(6, 18)),  # late: minutes already rolled up for node A
+               traffic(A, 1, range(18, 24)) + traffic(B, 2, range(18, 24))]
+    for batch in batches:
+        write_raw(incremental, batch)
+        roll_up(spark, incremental)
+    late_minute = window(rollups(incremental, "1m"), layout.ALL_NODES, "orders", "billing", T0 + 60)
+    assert late_minute["messages"] == 180
+    copy_raw(incremental, full)
+    roll_up(spark, full)
+    for level in layout.WINDOWS:
+        assert normalised(rollups(incremental, level)) == normalised(rollups(full, level)), level
+    assert load_state(incremental).seen == load_state(full).seen
+
+
+def test_compaction_merges_a_closed_hour_and_later_runs_stay_exact(spark, tmp_path):
+    for ticks in (range(6), range(6, 12), range(12, 18)):
+        write_raw(tmp_path, traffic(A, 1, ticks))
+        roll_up(spark, tmp_path)
+    before = rollups(tmp_path, "1m")
+    hour_dir = layout.raw_partition(tmp_path, utc(T0))
+    roll_up(spark, tmp_path, now=utc(T0 + 2 * 3600))
+    merged = layout.visible_files(hour_dir)
+    assert len(merged) == 1 and pq.read_table(merged[0]).num_rows == 18
+    assert load_state(tmp_path).seen == {str(merged[0].relative_to(layout.raw_dir(tmp_path)))}
+    assert rollups(tmp_path, "1m") == before
+    write_raw(tmp_path, [snapshot(T0 + 180 + 10 * i, A, "orders", "billing", messages=10 * (18 + i))
+                         for i in range(6)])
+    roll_up(spark, tmp_path, now=utc(T0 + 2 * 3600))
+    full = tmp_path / "full"
+    copy_raw(tmp_path, full)
+    roll_up(spark, full, now=utc(T0 + 2 * 3600))
+    assert normalised(rollups(tmp_path, "1h")) == normalised(rollups(full, "1h"))
+    assert window(rollups(tmp_path, "1h"), A, "orders", "billing", T0)["messages"] == 230
+
+
+def test_an_interrupted_compaction_is_finished_without_counting_twice(spark, tmp_path):
+    for ticks in (range(6), range(6, 12)):
+        write_raw(tmp_path, traffic(A, 1, ticks))
+        roll_up(spark, tmp_path)
+    before = rollups(tmp_path, "1h")
+    hour_dir = layout.raw_partition(tmp_path, utc(T0))
+    names = [path.name for path in layout.visible_files(hour_dir)]
+    merged = pa.concat_tables([pq.read_table(hour_dir / name) for name in names])
+    pq.write_table(merged, hour_dir / "compacted-crashed.parquet")  # published, then the run died
+    state_path = layout.rollups_dir(tmp_path) / layout.STATE_FILE
+    state = load_state(tmp_path)
+    layout.write_json(state_path, {"seen": sorted(state.seen), "compacting": {
+        "dir": hour_dir.name and str(hour_dir.relative_to(layout.raw_dir(tmp_path))),
+        "file": "compacted-crashed.parquet", "replaces": names}})
+    summary = roll_up(spark, tmp_path)
+    assert summary.raw_rows == 0
+    assert [path.name for path in layout.visible_files(hour_dir)] == ["compacted-crashed.parquet"]
+    assert load_state(tmp_path).compacting is None
+    assert rollups(tmp_path, "1h") == before
+
+
+def test_retention_deletes_old_raw_hours_and_rollups(spark, tmp_path):
+    write_raw(tmp_path, traffic(A, 1, range(12)))
+    roll_up(spark, tmp_path)
+    assert rollups(tmp_path, "1d")
+    roll_up(spark, tmp_path, now=utc(T0 + 40 * 86400), retention=timedelta(days=7))
+    assert layout.visible_files(layout.raw_dir(tmp_path)) == []
+    assert all(rollups(tmp_path, level) == [] for level in ("1m", "1h", "1d"))
+    assert load_state(tmp_path).seen == set()
+
+
+def rollup_command(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nsqadmin.history.rollup_main", *args],
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_the_command_rolls_up_once_and_exits_0(tmp_path):
+    write_raw(tmp_path, traffic(A, 1, range(12)))
+    done = rollup_command(f"--stats-dir={tmp_path}", "--spark-master=local[1]", "--stats-retention=87600h")
+    assert done.returncode == 0, done.stderr
+    assert "read 12 raw rows from 1 files, wrote" in done.stderr
+    assert window(rollups(tmp_path, "1m"), A, "orders", "billing", T0 + 60)["messages"] == 60
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--stats-dir=/nonexistent/stats"], "/nonexistent/stats"),
+    (["--stats-dir=.", "--spark-master=yarn"], "--spark-master"),
+    (["--stats-dir=.", "--bogus"], "flag provided but not defined: -bogus"),
+])
+def test_the_command_refuses_bad_flags_with_a_message(args, message):
+    done = rollup_command(*args)
+    assert done.returncode == 1 and message in done.stderr and "Traceback" not in done.stderr
