@@ -15,13 +15,16 @@ from nsqadmin.history import layout
 from .admin_helpers import Cluster, topic_on
 from .history_rows import window_row, write_rollups
 
-NOW_MINUTE = int(time.time()) // 60 * 60
-START = NOW_MINUTE - 59 * 60
+# The history ends at the minute the module's cluster starts; the tests read these after it has.
+NOW_MINUTE = START = 0
 HOSTILE_REASON = 'depth 5 and <b>no</b> consumer "connected"'
 
 
 def known_history(stats_dir: Path, node0: str, node1: str) -> None:
-    """An hour of 1-minute windows of topic "hist" (channel "work") on two nodes, and health."""
+    """An hour of 1-minute windows of topic "hist" (channel "work") on two nodes up to this minute, and health."""
+    global NOW_MINUTE, START
+    NOW_MINUTE = int(time.time()) // 60 * 60
+    START = NOW_MINUTE - 59 * 60
     rows = []
     for minute in range(60):
         ts = START + 60 * minute
@@ -147,7 +150,7 @@ def test_topics_list_shows_the_rate_and_channels_needing_attention(client):
 
 def test_unreadable_history_is_an_error_in_the_api_and_a_note_on_pages(tmp_path_factory):
     stats_dir = tmp_path_factory.mktemp("broken")
-    rows = [window_row(NOW_MINUTE, "hist", "work", rate=1.0)]
+    rows = [window_row(int(time.time()) // 60 * 60, "hist", "work", rate=1.0)]
     for path in write_rollups(stats_dir, "1m", rows):
         path.write_bytes(b"PAR1 this is not a parquet file")
     running = Cluster(tmp_path_factory.mktemp("cluster"), f"--stats-dir={stats_dir}")

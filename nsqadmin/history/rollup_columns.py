@@ -5,24 +5,26 @@ Theory of operation. Three aggregations fill layout.ROLLUP_SCHEMA:
 - a node's minute, from its snapshots and their counter deltas (rollup_job computes those);
 - the minute across nodes (``node`` ALL_NODES), from the nodes' minutes: counters summed,
   ``covered_seconds`` and ``samples`` the largest node's, gauges summed (the sums of the nodes'
-  values: exact for ``*_last`` and ``depth_avg``, upper bounds for ``depth_max`` and ``depth_p95``
-  when nodes peak at different moments);
+  values: the cluster's own for ``*_last`` and ``depth_avg``, upper bounds for ``depth_max`` and
+  ``depth_p95`` when nodes peak at different moments). The same aggregation passes each node's
+  own row through, so one pass writes both;
 - an hour from its minutes and a day from its hours, for every node and for ALL_NODES:
   counters summed, ``depth_avg`` weighted by samples, ``depth_p95`` over the finer windows'
   ``depth_avg``, ``*_last`` from the last finer window.
 
 An incremental run must write the very bits a full run writes, yet Spark adds numbers in
-whatever order rows reach an aggregate. Integer sums do not care; so time is summed as
-integer microseconds, depths as integers, the samples-weighted depths as decimals (exact), and
-the sums across nodes run over rows sorted by node. Percentiles are exact: the 95th with linear
-interpolation between the closest ranks (numpy's default). Ranks come from a window ordered
-by value, so the aggregation itself stays a hash aggregation of fixed-width values, compiled by
-Spark, with no arrays.
+whatever order rows reach an aggregate, and float addition depends on the order. Integer
+addition does not: time is summed as integer microseconds, depths as integers, and averages
+(across nodes, and weighted by samples) as integer thousandths of a message, so those come out
+rounded to a thousandth. Percentiles are exact: the 95th with linear interpolation between the
+closest ranks (numpy's default). A node's minute takes its ranks from a window ordered by
+depth, so the aggregation of every raw row stays a hash aggregation of fixed-width values,
+which Spark compiles; an hour or a day sorts its 60 or 24 finer averages in an array.
 """
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window, functions as F
-from pyspark.sql.types import (BooleanType, DataType, DecimalType, DoubleType, LongType, MapType, StringType,
+from pyspark.sql.types import (BooleanType, DataType, DoubleType, LongType, MapType, StringType,
                                StructField, StructType, TimestampType)
 
 from . import layout
@@ -31,8 +33,8 @@ _SPARK_TYPES = {"timestamp[us, tz=UTC]": TimestampType(), "string": StringType()
                 "double": DoubleType(), "bool": BooleanType()}
 MICROS = 1_000_000
 PERCENTILE = 0.95
-# Exact sums of samples-weighted averages: 9 decimals of each term, up to 10^29.
-WEIGHTED = DecimalType(38, 9)
+# Averages are added as integer thousandths of a message: exact, so the same in any order.
+FIXED_POINT = 1000
 
 
 def spark_type(arrow_type: pa.DataType) -> DataType:
@@ -58,14 +60,25 @@ def ratio(messages: Column, covered_seconds: Column) -> Column:
     return F.when(covered_seconds > 0, messages / covered_seconds).otherwise(F.lit(0.0))
 
 
+def nearest_long(values: Column) -> Column:
+    """``values`` (not negative) rounded to the nearest integer: Spark's round() goes through
+    BigDecimal and Double.toString, and took half the time of the hours' aggregation."""
+    return F.floor(values + 0.5)
+
+
+def fixed_point_sum(values: Column) -> Column:
+    return F.sum(nearest_long(values * FIXED_POINT))
+
+
 def with_p95_ranks(frame: DataFrame, group: list[str], value: str) -> DataFrame:
     """``frame`` with ``p95_low`` and ``p95_high``: ``value`` on the rows at the two ranks the
     95th percentile of each ``group`` lies between, null on the others."""
     by_value = Window.partitionBy(*group).orderBy(value)
-    position = (F.count(F.lit(1)).over(by_value.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
-                - 1) * PERCENTILE
-    rank = F.row_number().over(by_value) - 1
-    return (frame.withColumn("p95_low", F.when(rank == F.floor(position), F.col(value)))
+    count = F.count(F.lit(1)).over(by_value.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
+    ranked = (frame.withColumn("p95_rank", F.row_number().over(by_value) - 1)
+              .withColumn("p95_position", (count - 1) * PERCENTILE))
+    rank, position = F.col("p95_rank"), F.col("p95_position")
+    return (ranked.withColumn("p95_low", F.when(rank == F.floor(position), F.col(value)))
             .withColumn("p95_high", F.when(rank == F.ceil(position), F.col(value))))
 
 
@@ -73,11 +86,23 @@ def p95_aggregates() -> list[Column]:
     return [F.max("p95_low").alias("p95_low"), F.max("p95_high").alias("p95_high")]
 
 
-def p95(count: Column) -> Column:
-    """The percentile of ``count`` values from the aggregated ``p95_low`` and ``p95_high``."""
-    position = (count - 1) * PERCENTILE
-    low, high = F.col("p95_low").cast("double"), F.col("p95_high").cast("double")
+def sorted_p95(values: Column) -> Column:
+    """The percentile of a sorted, non-empty array."""
+    position = (F.size(values) - 1) * PERCENTILE
+    lower = F.floor(position)
+    low = F.element_at(values, (lower + 1).cast("int"))
+    high = F.element_at(values, (F.ceil(position) + 1).cast("int"))
+    return _interpolated(low, high, position)
+
+
+def _interpolated(low: Column, high: Column, position: Column) -> Column:
+    low, high = low.cast("double"), high.cast("double")
     return low + (high - low) * (position - F.floor(position))
+
+
+def ranked_p95(count: Column) -> Column:
+    """The percentile of ``count`` values from the aggregated ``p95_low`` and ``p95_high``."""
+    return _interpolated(F.col("p95_low"), F.col("p95_high"), (count - 1) * PERCENTILE)
 
 
 # -- a node's minute, from snapshots: ts_us, depth, in_flight, client_count, paused, e2e_p99, the
@@ -114,49 +139,73 @@ def node_minute_columns() -> list[Column]:
         messages=F.col("messages"), rate=ratio(F.col("messages"), covered_seconds),
         requeues=F.col("requeues"), timeouts=F.col("timeouts"), finished=F.col("finished"),
         depth_max=F.col("depth_max"), depth_avg=F.col("depth_sum") / F.col("samples"),
-        depth_p95=p95(F.col("samples")), depth_last=F.col("depth_last"),
+        depth_p95=ranked_p95(F.col("samples")), depth_last=F.col("depth_last"),
         in_flight_max=F.col("in_flight_max"), in_flight_last=F.col("in_flight_last"),
         clients_max=F.col("clients_max"), clients_last=F.col("clients_last"),
         e2e_p99_max=F.col("e2e_p99_max"), paused_last=F.col("paused_last"),
     )
 
 
-# -- the minute across nodes, as aggregates over a window of its nodes' rows -------------------
+# -- a minute per node and across nodes, from the nodes' minute rows --------------------------
 
-def all_nodes_columns(nodes: Window) -> list[Column]:
-    """The ALL_NODES rollup row of a minute: aggregates over ``nodes``, a whole-frame window
-    spec holding the nodes' rows of one (topic, channel, minute) in node order."""
-    messages = F.sum("messages").over(nodes)
-    covered_seconds = F.max("covered_seconds").over(nodes)
+def minute_aggregates() -> list[Column]:
+    """Over the rows of one (topic, channel, minute) with a ``window_node``: a node's own row,
+    whose sums and maxima are its values, or every node's rows for ALL_NODES."""
+    return [
+        F.max("samples").alias("samples"),
+        F.max("covered_seconds").alias("covered_seconds"),
+        F.sum("messages").alias("messages"),
+        F.sum("requeues").alias("requeues"),
+        F.sum("timeouts").alias("timeouts"),
+        F.sum("finished").alias("finished"),
+        F.sum("depth_max").alias("depth_max"),
+        F.max("depth_avg").alias("node_depth_avg"),
+        fixed_point_sum(F.col("depth_avg")).alias("depth_avg_fixed"),
+        F.max("depth_p95").alias("node_depth_p95"),
+        fixed_point_sum(F.col("depth_p95")).alias("depth_p95_fixed"),
+        F.sum("depth_last").alias("depth_last"),
+        F.sum("in_flight_max").alias("in_flight_max"),
+        F.sum("in_flight_last").alias("in_flight_last"),
+        F.sum("clients_max").alias("clients_max"),
+        F.sum("clients_last").alias("clients_last"),
+        F.max("e2e_p99_max").alias("e2e_p99_max"),
+        F.bool_or("paused_last").alias("paused_last"),
+    ]
 
-    def total(column: str) -> Column:
-        return F.sum(column).over(nodes)
 
+def minute_columns() -> list[Column]:
+    """The rollup row of :func:`minute_aggregates` grouped by ``window_node``, topic, channel
+    and ``ts``: a node's row unchanged, or the ALL_NODES row."""
+    across_nodes = F.col("window_node") == layout.ALL_NODES
     return rollup_columns(
-        ts=F.col("ts"), node=F.lit(layout.ALL_NODES), topic=F.col("topic"), channel=F.col("channel"),
-        samples=F.max("samples").over(nodes), covered_seconds=covered_seconds,
-        messages=messages, rate=ratio(messages, covered_seconds),
-        requeues=total("requeues"), timeouts=total("timeouts"), finished=total("finished"),
-        depth_max=total("depth_max"), depth_avg=total("depth_avg"), depth_p95=total("depth_p95"),
-        depth_last=total("depth_last"), in_flight_max=total("in_flight_max"), in_flight_last=total("in_flight_last"),
-        clients_max=total("clients_max"), clients_last=total("clients_last"),
-        e2e_p99_max=F.max("e2e_p99_max").over(nodes), paused_last=F.bool_or("paused_last").over(nodes),
+        ts=F.col("ts"), node=F.col("window_node"), topic=F.col("topic"), channel=F.col("channel"),
+        samples=F.col("samples"), covered_seconds=F.col("covered_seconds"),
+        messages=F.col("messages"), rate=ratio(F.col("messages"), F.col("covered_seconds")),
+        requeues=F.col("requeues"), timeouts=F.col("timeouts"), finished=F.col("finished"),
+        depth_max=F.col("depth_max"),
+        depth_avg=F.when(across_nodes, F.col("depth_avg_fixed") / FIXED_POINT).otherwise(F.col("node_depth_avg")),
+        depth_p95=F.when(across_nodes, F.col("depth_p95_fixed") / FIXED_POINT).otherwise(F.col("node_depth_p95")),
+        depth_last=F.col("depth_last"), in_flight_max=F.col("in_flight_max"), in_flight_last=F.col("in_flight_last"),
+        clients_max=F.col("clients_max"), clients_last=F.col("clients_last"),
+        e2e_p99_max=F.col("e2e_p99_max"), paused_last=F.col("paused_last"),
     )
 
 
-# -- an hour from its minutes, a day from its hours (finer rows with with_p95_ranks of depth_avg) --
+# -- an hour from its minutes, a day from its hours --------------------------------------------
 
 def coarser_aggregates() -> list[Column]:
+    """Over at most 60 minutes or 24 hours: the finer windows' ``depth_avg`` fit in a sorted
+    array, and partial aggregation before the shuffle leaves one row per window and task."""
     return [
-        F.count(F.lit(1)).alias("finer_windows"),
         F.sum("samples").alias("samples"),
-        F.sum(F.round(F.col("covered_seconds") * MICROS).cast("long")).alias("covered_us"),
+        F.sum(nearest_long(F.col("covered_seconds") * MICROS)).alias("covered_us"),
         F.sum("messages").alias("messages"),
         F.sum("requeues").alias("requeues"),
         F.sum("timeouts").alias("timeouts"),
         F.sum("finished").alias("finished"),
         F.max("depth_max").alias("depth_max"),
-        F.sum((F.col("depth_avg") * F.col("samples")).cast(WEIGHTED)).alias("depth_weighted"),
+        fixed_point_sum(F.col("depth_avg") * F.col("samples")).alias("depth_weighted_fixed"),
+        F.array_sort(F.collect_list("depth_avg")).alias("depth_avgs"),
         F.max("in_flight_max").alias("in_flight_max"),
         F.max("clients_max").alias("clients_max"),
         F.max("e2e_p99_max").alias("e2e_p99_max"),
@@ -164,7 +213,6 @@ def coarser_aggregates() -> list[Column]:
         F.max_by("in_flight_last", "ts").alias("in_flight_last"),
         F.max_by("clients_last", "ts").alias("clients_last"),
         F.max_by("paused_last", "ts").alias("paused_last"),
-        *p95_aggregates(),
     ]
 
 
@@ -177,8 +225,8 @@ def coarser_columns() -> list[Column]:
         samples=F.col("samples"), covered_seconds=covered_seconds,
         messages=F.col("messages"), rate=ratio(F.col("messages"), covered_seconds),
         requeues=F.col("requeues"), timeouts=F.col("timeouts"), finished=F.col("finished"),
-        depth_max=F.col("depth_max"), depth_avg=F.col("depth_weighted").cast("double") / F.col("samples"),
-        depth_p95=p95(F.col("finer_windows")), depth_last=F.col("depth_last"),
+        depth_max=F.col("depth_max"), depth_avg=F.col("depth_weighted_fixed") / FIXED_POINT / F.col("samples"),
+        depth_p95=sorted_p95(F.col("depth_avgs")), depth_last=F.col("depth_last"),
         in_flight_max=F.col("in_flight_max"), in_flight_last=F.col("in_flight_last"),
         clients_max=F.col("clients_max"), clients_last=F.col("clients_last"),
         e2e_p99_max=F.col("e2e_p99_max"), paused_last=F.col("paused_last"),

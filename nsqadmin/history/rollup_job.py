@@ -2,22 +2,23 @@
 
 Theory of operation. One run, under rollups/.lock:
 
-1. finish or roll back an interrupted compaction (compaction.py), then find the raw files not
+1. Finish or roll back an interrupted compaction (compaction.py), then find the raw files not
    yet rolled up (rollup_state.py). Without any, skip to 5: the JVM is not even started.
 2. Work out the minutes to rewrite and the raw files to read (touched.py), and read those
    files' rows of the needed spans, leaving out the rows that only mark a node as missing.
-3. A node's minutes: per series (node, topic, channel), each snapshot's counter deltas from the
-   series' previous snapshot (a window ordered by time; a reset counter means nsqd restarted,
-   and its new value is the delta; a gap over MAX_DELTA_GAP starts a new baseline), then one
-   row per series and minute. The window's shuffle (on a 64-bit hash of the series) and its
-   sort by minute also serve the per-minute aggregation, which streams without a hash table.
-4. Each level is written in full for every partition it touches: the 1m partitions (hours) get
-   the rows they kept outside the rewritten minutes plus the new ones, and their ALL_NODES rows
-   recomputed from those node rows in the same pass (one shuffle by hour, one file per hour);
-   the 1h partitions (days) get the hours of the new 1m files, the 1d partitions (months) the
-   days of the new 1h files. Files go to a hidden staging directory, then each replaces its
-   partition atomically. A run that dies before the end leaves its raw files new, and the next
-   run rewrites the same partitions from scratch.
+3. A node's minutes. Per series (node, topic, channel: a 64-bit id, series_ids.py), each
+   snapshot's counter deltas from the series' previous snapshot, by a window ordered by time
+   (a counter below its previous value means nsqd restarted, and its value is the delta; a gap
+   over MAX_DELTA_GAP starts a new baseline). Then one row per series and minute, by a hash
+   aggregation that keeps the window's partitioning: one shuffle of the raw rows in all. The
+   series' names join back from a broadcast table.
+4. Each level is written whole for every partition it touches. A 1m partition (an hour) gets
+   the node rows it keeps outside the rewritten minutes and the new ones, shuffled so an hour
+   is one task and one file, with the ALL_NODES rows computed from those node rows in the same
+   aggregation. A 1h partition (a day) gets the hours of the new 1m files with the hours it
+   keeps, a 1d partition (a month) the days of the new 1h files. Files are staged in a hidden
+   directory and then each replaces its partition atomically. A run that dies before saving
+   the state leaves its raw files new, and the next run rewrites the same partitions again.
 5. health.json from the newest minutes, then the state, retention, and compaction.
 """
 
@@ -40,8 +41,9 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window, functions as F
 from . import compaction, layout
 from .health_report import write_health
 from .partitions import period_start
-from .rollup_columns import (all_nodes_columns, coarser_aggregates, coarser_columns, node_minute_aggregates,
-                             node_minute_columns, spark_schema, with_p95_ranks)
+from .rollup_columns import (coarser_aggregates, coarser_columns, minute_aggregates, minute_columns,
+                             node_minute_aggregates, node_minute_columns, spark_schema, with_p95_ranks)
+from .series_ids import named_series, series_id, series_names
 from .rollup_state import (RollupState, delete_expired_raw, delete_expired_rollups, load_state, raw_files,
                            raw_hour, rollup_lock, save_state)
 from .spark_session import shuffle_partitions_for
@@ -57,7 +59,6 @@ ROLLUP_NAMES = layout.ROLLUP_SCHEMA.names
 GAUGES_AND_COUNTERS = ("depth", "in_flight", "deferred", "message_count", "requeue_count", "timeout_count",
                        "client_count")
 COUNTERS = ("message_count", "requeue_count", "timeout_count")
-SERIES = ("sid", "sid2")
 MINUTE_US = 60_000_000
 MAX_DELTA_GAP_US = MAX_DELTA_GAP // timedelta(microseconds=1)
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -71,6 +72,8 @@ _UNIT = {"1h": "hour", "1d": "day"}
 
 @dataclass
 class RollupSummary:
+    """What a run did: ``raw_rows`` is the snapshots in the rewritten minutes, ``files`` the raw
+    files read, ``windows`` the rows of the rewritten windows per level."""
     raw_rows: int = 0
     files: int = 0
     windows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(layout.WINDOWS, 0))
@@ -154,16 +157,23 @@ def _roll_up(spark: SparkSession, stats_dir: Path, staging: Path, paths: list[Pa
     days = sorted({hour.replace(hour=0) for hour in hours})
     months = sorted({day.replace(day=1) for day in days})
     snapshots = _snapshots(spark, paths, read_spans(rewrite))
-    _write_minutes(spark, stats_dir, staging, _node_minutes(snapshots, rewrite), hours, rewrite)
-    _write_coarser(spark, stats_dir, staging, "1h", hours, days)
-    _write_coarser(spark, stats_dir, staging, "1d", days, months)
+    series, salt = named_series(spark, series_names(paths))
+    node_minutes = _node_minutes(snapshots, series, salt, rewrite)
+    steps = (("1m", hours, lambda: _write_minutes(spark, stats_dir, staging, node_minutes, hours, rewrite)),
+             ("1h", days, lambda: _write_coarser(spark, stats_dir, staging, "1h", hours, days)),
+             ("1d", months, lambda: _write_coarser(spark, stats_dir, staging, "1d", days, months)))
+    for level, partitions, write in steps:
+        started = time.monotonic()
+        write()
+        log.info("staged %d %s partitions in %.1f s", len(_staged(staging, level)), level, time.monotonic() - started)
     summary = RollupSummary(files=len(paths))
     summary.raw_rows, summary.windows["1m"] = _count_minutes(_staged(staging, "1m"), rewrite)
     summary.windows["1h"] = _count_windows(_staged(staging, "1h"), hours)
     summary.windows["1d"] = _count_windows(_staged(staging, "1d"), days)
-    for level, periods in (("1m", hours), ("1h", days), ("1d", months)):
-        _publish(stats_dir, staging, level, periods)
-        log.info("wrote %d %s windows into %d partitions", summary.windows[level], level, len(periods))
+    for level, partitions, _ in steps:
+        files = len(_staged(staging, level))
+        _publish(stats_dir, staging, level, partitions)
+        log.info("wrote %d %s windows into %d partitions", summary.windows[level], level, files)
     return summary
 
 
@@ -184,26 +194,18 @@ def _within_us(column: str, spans: list[Span]) -> Column:
 
 
 def _snapshots(spark: SparkSession, paths: list[Path], spans: list[Span]) -> DataFrame:
-    """The raw rows of ``spans`` that are snapshots (not missing-node markers), each series
-    named by two hashes of (node, topic, channel): 96 bits, so that no two of even a million
-    series collide (a chance of one in 10^17). A null gauge or counter counts as 0."""
+    """The raw rows of ``spans`` that are snapshots (not missing-node markers)."""
     raw = spark.read.schema(RAW_SCHEMA).parquet(*map(str, paths))
-    return (raw.where(_within("ts", spans) & ~F.coalesce(F.col("missing"), F.lit(False)))
-            .withColumn("sid", F.xxhash64("node", "topic", "channel"))
-            .withColumn("sid2", F.hash("node", "topic", "channel")))
+    return raw.where(_within("ts", spans) & ~F.coalesce(F.col("missing"), F.lit(False)))
 
 
-def _series_names(snapshots: DataFrame) -> DataFrame:
-    return snapshots.select(*SERIES, "node", "topic", "channel").distinct()
-
-
-def _numbers(snapshots: DataFrame) -> DataFrame:
-    """What the deltas and the minute aggregates need of a snapshot, names left out: the
-    window's shuffle moves every raw row, and the names double its size."""
+def _numbers(snapshots: DataFrame, salt: int) -> DataFrame:
+    """What the deltas and the minute aggregates need of a snapshot, with its series' id for
+    its names (series_ids.py). A null gauge or counter counts as 0."""
     ts_us = F.unix_micros("ts")
     value = {name: F.coalesce(F.col(name), F.lit(0)) for name in GAUGES_AND_COUNTERS}
     return snapshots.select(
-        *SERIES, ts_us.alias("ts_us"), (ts_us - ts_us % MINUTE_US).alias("minute_us"),
+        series_id(salt).alias("sid"), ts_us.alias("ts_us"), (ts_us - ts_us % MINUTE_US).alias("minute_us"),
         *(value[name].alias(name) for name in ("depth", "in_flight", "message_count", "requeue_count",
                                                "timeout_count", "client_count")),
         (value["depth"] + value["in_flight"] + value["deferred"]).alias("backlog"),
@@ -215,7 +217,7 @@ def _numbers(snapshots: DataFrame) -> DataFrame:
 def _with_deltas(numbers: DataFrame) -> DataFrame:
     """Each snapshot with its counter deltas from the series' previous snapshot (``dt_us`` the
     time between them), or zeros as a new baseline."""
-    series = Window.partitionBy(*SERIES).orderBy("minute_us", "ts_us")
+    series = Window.partitionBy("sid").orderBy("ts_us")
     for column in ("ts_us", *COUNTERS, "backlog"):
         numbers = numbers.withColumn(f"prev_{column}", F.lag(column).over(series))
     continues = F.col("prev_ts_us").isNotNull() & (F.col("ts_us") - F.col("prev_ts_us") <= MAX_DELTA_GAP_US)
@@ -234,12 +236,12 @@ def _with_deltas(numbers: DataFrame) -> DataFrame:
             .withColumn("d_finished", finished))
 
 
-def _node_minutes(snapshots: DataFrame, rewrite: list[Span]) -> DataFrame:
-    """Each series' rows of the rewritten minutes."""
-    deltas = _with_deltas(_numbers(snapshots)).where(_within_us("minute_us", rewrite))
-    minutes = (with_p95_ranks(deltas, [*SERIES, "minute_us"], "depth")
-               .groupBy(*SERIES, "minute_us").agg(*node_minute_aggregates()))
-    return minutes.join(F.broadcast(_series_names(snapshots)), list(SERIES)).select(*node_minute_columns())
+def _node_minutes(snapshots: DataFrame, series: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
+    """Each series' rows of the rewritten minutes; ``series`` names each ``sid``."""
+    deltas = _with_deltas(_numbers(snapshots, salt)).where(_within_us("minute_us", rewrite))
+    minutes = (with_p95_ranks(deltas, ["sid", "minute_us"], "depth")
+               .groupBy("sid", "minute_us").agg(*node_minute_aggregates()))
+    return minutes.join(F.broadcast(series), "sid").select(*node_minute_columns())
 
 
 def _existing(stats_dir: Path, level: str, periods: list[datetime]) -> list[str]:
@@ -255,7 +257,11 @@ def _with_partition_keys(frame: DataFrame, level: str) -> DataFrame:
 
 def _write_minutes(spark: SparkSession, stats_dir: Path, staging: Path, node_minutes: DataFrame,
                    hours: list[datetime], rewrite: list[Span]) -> None:
-    """The touched hours' 1m partitions: kept and new node rows, and their ALL_NODES rows."""
+    """The touched hours' 1m partitions: kept and new node rows, and their ALL_NODES rows.
+
+    One shuffle puts each hour in one task, so each hour is written as one file. There each
+    node row also counts towards its minute's ALL_NODES row (``window_node``), and a single
+    aggregation yields both kinds of rows without another shuffle."""
     existing = _existing(stats_dir, "1m", hours)
     if existing:
         kept = (spark.read.schema(ROLLUP_SCHEMA).parquet(*existing)
@@ -263,13 +269,9 @@ def _write_minutes(spark: SparkSession, stats_dir: Path, staging: Path, node_min
         node_minutes = node_minutes.unionByName(kept)
     keys = list(PARTITION_KEYS["1m"])
     by_hour = _with_partition_keys(node_minutes, "1m").repartition(*keys)
-    minute = Window.partitionBy(*keys, "topic", "channel", "ts").orderBy("node")
-    whole_minute = minute.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    node_row = F.struct(*ROLLUP_NAMES, *keys)
-    all_nodes_row = F.when(F.row_number().over(minute) == 1,
-                           F.struct(*all_nodes_columns(whole_minute), *map(F.col, keys)))
-    pairs = by_hour.select(node_row.alias("node_row"), all_nodes_row.alias("all_nodes_row"))
-    rows = pairs.select(F.inline(F.array_compact(F.array("node_row", "all_nodes_row"))))
+    both = by_hour.withColumn("window_node", F.explode(F.array(F.col("node"), F.lit(layout.ALL_NODES))))
+    rows = (both.groupBy(*keys, "topic", "channel", "ts", "window_node").agg(*minute_aggregates())
+            .select(*minute_columns(), *keys))
     rows.write.partitionBy(*keys).parquet(str(staging / "1m"))
 
 
@@ -279,11 +281,9 @@ def _write_coarser(spark: SparkSession, stats_dir: Path, staging: Path, level: s
     into their ``partitions``."""
     finer_files = [str(path) for path in _staged(staging, _FINER[level])]
     if finer_files:
-        finer = (spark.read.schema(ROLLUP_SCHEMA).parquet(*finer_files)
-                 .withColumn("start", F.date_trunc(_UNIT[level], "ts")))
-        group = ["node", "topic", "channel", "start"]
-        windows = (with_p95_ranks(finer, group, "depth_avg").groupBy(*group).agg(*coarser_aggregates())
-                   .withColumnRenamed("start", "ts").select(*coarser_columns()))
+        finer = spark.read.schema(ROLLUP_SCHEMA).parquet(*finer_files)
+        windows = (finer.groupBy("node", "topic", "channel", F.date_trunc(_UNIT[level], "ts").alias("ts"))
+                   .agg(*coarser_aggregates()).select(*coarser_columns()))
     else:
         windows = spark.createDataFrame([], ROLLUP_SCHEMA)
     existing = _existing(stats_dir, level, partitions)

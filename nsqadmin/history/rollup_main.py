@@ -2,7 +2,8 @@
 
 Flags in Go's syntax (common/goflags), as nsqadmin passes them when it schedules the job:
 exit status 0 after a run (or when another run holds the lock), 1 with a one-line message
-for bad flags, a stats directory that cannot be used, or a Spark that cannot run the job.
+for bad flags, a stats directory or file that cannot be used, or a Spark that cannot run the
+job (the traceback goes to the debug log).
 """
 
 import logging
@@ -13,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
+import pyarrow as pa
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 
@@ -40,8 +42,10 @@ FLAGS = [
 def _check_stats_dir(path: str) -> None:
     if not path:
         raise FlagError("--stats-dir is required")
-    if not os.path.isdir(path):
+    if not os.path.exists(path):
         raise FlagError(f"--stats-dir {path}: no such directory")
+    if not os.path.isdir(path):
+        raise FlagError(f"--stats-dir {path}: not a directory")
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
         raise FlagError(f"--stats-dir {path}: permission denied (the job reads and writes it)")
 
@@ -70,6 +74,10 @@ def _run(opts: SimpleNamespace, log: logging.Logger) -> int:
         summary = run_rollup(Path(opts.stats_dir), session, retention=timedelta(seconds=opts.stats_retention))
     except StatsDirError as exc:
         log.critical("%s", exc)
+        return 1
+    except (OSError, pa.ArrowException) as exc:
+        log.debug("rollup failed", exc_info=True)
+        log.critical("rollup failed: %s", exc)
         return 1
     except (PySparkException, Py4JError) as exc:
         log.debug("Spark failed", exc_info=True)

@@ -4,13 +4,15 @@ Theory of operation. A counter's delta needs the series' previous snapshot, at m
 :data:`MAX_DELTA_GAP` earlier (further back, the snapshot is a new baseline). So new rows in
 the minutes ``[a, b)`` change the windows of ``[a, b + MAX_DELTA_GAP)``: their own, and those
 of the next snapshots of their series when a late file lands among rows already rolled up.
-Those minutes are rewritten whole from the raw rows of ``[a - MAX_DELTA_GAP, b + MAX_DELTA_GAP)``,
-so a run gives the windows a run over every raw file would.
+Every minute of those spans is rewritten whole, from the raw rows of
+``[a - MAX_DELTA_GAP, b + MAX_DELTA_GAP)`` in the hour directories they overlap: its windows
+become what the raw files say, none if it has no rows, so a run gives the windows a run over
+every raw file would.
 
-The minutes with new rows come from the Parquet footers' ``ts`` statistics of the new files. An
-hour directory holding no file rolled up before counts as new from start to end without opening
-a footer: rewriting a minute that has no rows writes nothing, and a first run over a full day
-opens no file twice.
+The minutes with new rows come from the Parquet footers' ``ts`` statistics of the new files
+(a file per poll or per flush spans a few minutes). An hour directory holding no file rolled up
+before counts as new from start to end without opening a footer: rewriting minutes that have no
+rows costs nothing, and a first run over a full day reads no footer.
 """
 
 from datetime import datetime, timedelta, timezone
@@ -42,7 +44,7 @@ def _floor_minute(ts: datetime) -> datetime:
     return ts.replace(second=0, microsecond=0)
 
 
-def _micros(value: int) -> datetime:
+def _from_micros(value: int) -> datetime:
     return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=value)
 
 
@@ -54,8 +56,8 @@ def file_minutes(raw_dir: Path, relative: str) -> Span:
     if not stats or not all(s is not None and s.has_min_max for s in stats):
         hour = raw_hour(relative)
         return hour, hour + HOUR
-    first = _micros(min(s.min_raw for s in stats))
-    last = _micros(max(s.max_raw for s in stats))
+    first = _from_micros(min(s.min_raw for s in stats))
+    last = _from_micros(max(s.max_raw for s in stats))
     return _floor_minute(first), _floor_minute(last) + MINUTE
 
 
