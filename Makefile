@@ -17,8 +17,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# Options for the launcher: make run ARGS='--nsqd 3 --data-dir /tmp/nsq' (see python -m deploy.run_local --help)
+ARGS ?=
+
 run: $(STAMP)
-	$(BIN)/python deploy/run_local.py
+	$(BIN)/python -m deploy.run_local $(ARGS)
 
 $(CHROMIUM):
 	@command -v apt-get >/dev/null || { echo "install Chromium at $(CHROMIUM) (Debian package chromium)"; exit 1; }
