@@ -2,9 +2,13 @@
 
 Fan-out is a direct call: the same header and body objects go to every channel. While a
 topic has no channel, or is paused, it keeps its messages in its own MessageQueue
-(memory, then the topic's disk queue) and deferred ones with their due time; its pump
-task hands that backlog to the channels, in batches, once there are channels and the
-topic is not paused. New messages queue behind an existing backlog.
+(memory, then the topic's disk queue) and deferred ones (DPUB) with their delay; its
+pump task hands that backlog to the channels, in batches, once there are channels and
+the topic is not paused. New messages queue behind an existing backlog.
+
+As in nsqd, a held deferred message counts in the topic's depth and its delay starts
+only when it reaches the channels: nsqd keeps it in the topic's memory queue, and its
+messagePump starts the deferral when it puts the message into a channel.
 """
 
 import logging
@@ -33,7 +37,7 @@ class Topic:
         self.message_count = 0
         self.message_bytes = 0
         self.queue = MessageQueue(name, nsqd, self.ephemeral)
-        self._held_deferred: list[tuple[float, bytes, bytes]] = []
+        self._held_deferred: list[tuple[float, bytes, bytes]] = []  # (delay s, header, body)
         self._backlog_changed = trio.Event()
 
     def __repr__(self) -> str:
@@ -41,7 +45,7 @@ class Topic:
 
     @property
     def depth(self) -> int:
-        return len(self.queue)
+        return len(self.queue) + len(self._held_deferred)
 
     @property
     def backend_depth(self) -> int:
@@ -84,7 +88,7 @@ class Topic:
         header = self._new_headers(1, timestamp_ns)[0]
         self._count([body])
         if not self._fans_out():
-            self._held_deferred.append((trio.current_time() + delay, header, body))
+            self._held_deferred.append((delay, header, body))
             return
         for channel in list(self.channels.values()):
             channel.message_count += 1
@@ -101,13 +105,12 @@ class Topic:
             await self._backlog_changed.wait()
 
     def _pump_batch(self) -> None:
-        now = trio.current_time()
         deferred, self._held_deferred = self._held_deferred, []
         headers, bodies = self.queue.take(PUMP_BATCH)
         for channel in list(self.channels.values()):
-            for due, header, body in deferred:
+            for delay, header, body in deferred:
                 channel.message_count += 1
-                channel.defer(header, body, max(0.0, due - now))
+                channel.defer(header, body, delay)
             try:
                 channel.put_many(headers, bodies)
             except OSError as exc:
