@@ -24,14 +24,14 @@ START_SECONDS = 30.0
 STOP_SECONDS = 30.0
 
 
-def _port(text: str) -> int:
+def port(text: str) -> int:
     port = int(text)
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a port number (0 lets the system pick one)")
     return port
 
 
-def _count(text: str) -> int:
+def count(text: str) -> int:
     count = int(text)
     if not 1 <= count <= 100:
         raise argparse.ArgumentTypeError(f"{count}: run 1 to 100 nsqd")
@@ -45,17 +45,19 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
         f"on {local_cluster.HOST}, in the foreground; Ctrl-C stops them all. Through make: make run ARGS='--nsqd 3'.",
         epilog=f"nsqd number n listens on the nsqd base ports + {local_cluster.PORT_STEP} * (n - 1). "
         "A port of 0 lets the system pick a free one.")
-    parser.add_argument("--nsqd", type=_count, default=2, metavar="N", help="how many nsqd to run (default 2)")
+    parser.add_argument("--nsqd", type=count, default=2, metavar="N", help="how many nsqd to run (default 2)")
     parser.add_argument("--data-dir", type=Path, default=ROOT / "data", metavar="DIR",
                         help="nsqd n keeps its data in DIR/nsqd<n>, nsqadmin its stats history in "
                         "DIR/nsqadmin/stats (default: data/ in the repository)")
     for name, default in vars(defaults).items():
-        parser.add_argument(f"--{name.replace('_', '-')}-port", type=_port, default=default, dest=name, metavar="PORT",
+        parser.add_argument(f"--{name.replace('_', '-')}-port", type=port, dest=name, metavar="PORT",
                             help=f"(default {default})")
     parser.add_argument("--ephemeral-ports", action="store_true",
-                        help="let the system pick every port (to run beside another cluster, or in tests)")
+                        help="let the system pick every port not given (to run beside another cluster, or in tests)")
     opts = parser.parse_args(argv)
-    opts.ports = Ports(**{name: 0 if opts.ephemeral_ports else getattr(opts, name) for name in vars(defaults)})
+    fallback = {name: 0 if opts.ephemeral_ports else default for name, default in vars(defaults).items()}
+    opts.ports = Ports(**{name: fallback[name] if getattr(opts, name) is None else getattr(opts, name)
+                          for name in fallback})
     for base in (opts.ports.nsqd_tcp, opts.ports.nsqd_http):
         if local_cluster.nsqd_port(base, opts.nsqd) > 65535:
             parser.error(f"nsqd number {opts.nsqd} would listen on port {local_cluster.nsqd_port(base, opts.nsqd)}")

@@ -13,13 +13,18 @@ and stderr together) and the signal wakeup fd:
   and reported at once, with its exit status;
 - a signal arrives as its number on the wakeup fd (its Python handler does nothing), so it
   wakes the loop like any other event.
+
+Should the launcher itself be killed (SIGKILL cannot be caught), Linux sends each daemon SIGTERM
+(prctl PR_SET_PDEATHSIG), so they stop as they would on Ctrl-C rather than run on as orphans.
 """
 
+import ctypes
 import os
 import re
 import selectors
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -30,6 +35,7 @@ LAUNCHER = "launcher"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 LISTENING = re.compile(rb"\b(TCP|HTTP): listening on (\S+)")
 REAP_SECONDS = 10.0
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def describe_status(status: int) -> str:
@@ -40,6 +46,20 @@ def describe_status(status: int) -> str:
         return f"killed by {signal.Signals(-status).name}"
     except ValueError:
         return f"killed by signal {-status}"
+
+
+def _terminate_with_parent(launcher_pid: int) -> Callable[[], None] | None:
+    """A preexec_fn that has the child get SIGTERM when the launcher dies (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != launcher_pid:  # the launcher died before prctl took effect: do not start
+            os._exit(1)
+
+    return preexec
 
 
 class Child:
@@ -119,7 +139,8 @@ class Supervisor:
         """Start ``daemon`` (its console script next to this Python); OSError if it cannot run."""
         proc = subprocess.Popen([str(self.bin_dir / daemon.program), *daemon.flags], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                preexec_fn=_terminate_with_parent(os.getpid()))
         child = Child(daemon, proc)
         self.children.append(child)
         os.set_blocking(proc.stdout.fileno(), False)
