@@ -17,8 +17,9 @@ Theory of operation:
 * ``close_when_flushed()`` writes what is queued, then closes; ``close()`` closes at once.
 
 The delegate (Producer or Consumer) is told ``on_messages(conn, messages)``,
-``on_response(conn, data)``, ``on_error(conn, error)``, ``on_finished(conn)``,
-``on_requeued(conn, backoff)`` and, once, ``on_close(conn, error)``.
+``on_response(conn, data)``, ``on_error(conn, error)``, ``on_requeued(conn, backoff)``,
+``on_finished(conn)`` (only while ``answers_watched`` is set: FIN is the hot path) and, once,
+``on_close(conn, error)``.
 """
 
 import json
@@ -41,6 +42,8 @@ log = logging.getLogger("nsqclient")
 
 RECEIVE_SIZE = 256 * 1024
 NOP = b"NOP\n"
+FIN = b"FIN "
+NEWLINE = b"\n"
 DEFAULT_MAX_RDY_COUNT = 2500  # go-nsq's until IDENTIFY says otherwise
 
 
@@ -97,6 +100,8 @@ class Connection:
         self.max_rdy = DEFAULT_MAX_RDY_COUNT
         self.rdy = 0
         self.in_flight = 0
+        self.finished = 0
+        self.answers_watched = False  # the delegate wants on_finished (in backoff, or closing)
         self.last_rdy_time = 0.0
         self.last_message_time = anyio.current_time()
         self.closing = False
@@ -321,8 +326,18 @@ class Connection:
 
     def finish(self, message: Message) -> None:
         self.in_flight -= 1
-        self.send(b"FIN %s\n" % message.id)
-        self._delegate.on_finished(self)
+        self.finished += 1
+        if self._closed:
+            return
+        out = self._out
+        out.append(FIN)
+        out.append(message.id)
+        out.append(NEWLINE)
+        if self._writer_waiting:
+            self._writer_waiting = False
+            self._wakeup.set()
+        if self.answers_watched:
+            self._delegate.on_finished(self)
 
     def requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
         self.in_flight -= 1

@@ -98,7 +98,6 @@ class Consumer:
         self._need_redistribution = False
         self._rdy_retries: dict[Connection, anyio.CancelScope] = {}
         self._queue: deque[Message] = deque()
-        self._current: list[Message | None] = [None] * concurrency
         self._work = anyio.Event()
         self._workers_waiting = False
         self._workers_scope: anyio.CancelScope | None = None
@@ -107,7 +106,7 @@ class Consumer:
         self._outer_task_group = None
         self._stopping = False
         self._stopped = anyio.Event()
-        self._received = self._finished = self._requeued = 0
+        self._received = self._finished_on_closed = self._requeued = 0
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -157,8 +156,7 @@ class Consumer:
             self._stopped.set()
             return
         for conn in self._conns.values():
-            conn.closing = True
-            conn.send(CLS)
+            self._start_closing(conn)
         self._task_group.start_soon(self._stop_deadline)
 
     async def wait_stopped(self) -> None:
@@ -166,7 +164,8 @@ class Consumer:
 
     @property
     def stats(self) -> ConsumerStats:
-        return ConsumerStats(self._received, self._finished, self._requeued, len(self._conns))
+        finished = self._finished_on_closed + sum(conn.finished for conn in self._conns.values())
+        return ConsumerStats(self._received, finished, self._requeued, len(self._conns))
 
     @property
     def connections(self) -> dict[str, Connection]:
@@ -223,10 +222,10 @@ class Consumer:
             log.warning("(%s) max RDY count %d < consumer max in flight %d, truncation possible",
                         address, answer["max_rdy_count"], self._max_in_flight)
         self._conns[address] = conn
+        conn.answers_watched = self._backoff.in_backoff
         self._task_group.start_soon(conn.run)
         if self._stopping:
-            conn.closing = True
-            conn.send(CLS)
+            self._start_closing(conn)
             return True
         for other in list(self._conns.values()):
             if other is not conn:
@@ -299,8 +298,7 @@ class Consumer:
             self._work.set()
 
     def on_finished(self, conn: Connection) -> None:
-        self._finished += 1
-        if self._backoff.level or self._backoff.in_timeout:
+        if self._backoff.in_backoff:
             self._signal(Signal.SUCCESS)
         if conn.closing and conn.in_flight <= 0:
             conn.close_when_flushed()
@@ -314,7 +312,7 @@ class Consumer:
     def on_response(self, conn: Connection, data: bytes) -> None:
         if data == CLOSE_WAIT:
             log.info("[%s/%s] (%s) received CLOSE_WAIT from nsqd", self.topic, self.channel, conn.address)
-            conn.closing = True
+            conn.closing = conn.answers_watched = True
             if conn.in_flight <= 0:
                 conn.close_when_flushed()
 
@@ -328,6 +326,7 @@ class Consumer:
         if error is not None:
             log.error("[%s/%s] (%s) connection closed - %s", self.topic, self.channel, address, error)
         del self._conns[address]
+        self._finished_on_closed += conn.finished
         conn_rdy = conn.rdy
         self._total_rdy -= conn_rdy
         had_retry = self._cancel_rdy_retry(conn)
@@ -354,7 +353,9 @@ class Consumer:
             task_status.started()
 
     async def _worker(self, index: int) -> None:
-        queue, current = self._queue, self._current
+        """Handle messages in arrival order (the hot path: FIN is inlined)."""
+        queue, handler = self._queue, self._handler
+        max_attempts = self.config.max_attempts
         while True:
             if not queue:
                 if not self._workers_waiting:
@@ -363,41 +364,43 @@ class Consumer:
                 await self._work.wait()
                 continue
             message = queue.popleft()
-            current[index] = message
-            await self._handle(message)
-            current[index] = None
+            conn = message._conn
+            if conn.closed:
+                continue  # its connection is gone: nsqd has requeued it
+            if max_attempts and message.attempts > max_attempts:
+                await self._give_up(message)
+                continue
+            try:
+                await handler(message)
+            except Exception as exc:
+                log.error("[%s/%s] Handler returned error (%r) for msg %s", self.topic, self.channel, exc,
+                          message.id.decode())
+                if message._auto_response:
+                    message.requeue()
+                continue
+            except BaseException:
+                if not message._responded:  # cancelled at the stop timeout: back to nsqd at once
+                    message.requeue(0, backoff=False)
+                raise
+            if message._auto_response and not message._responded:
+                message._responded = True
+                conn.finish(message)
 
-    async def _handle(self, message: Message) -> None:
-        if message._conn.closed:
-            return  # its connection is gone: nsqd has requeued it
-        max_attempts = self.config.max_attempts
-        if max_attempts and message.attempts > max_attempts:
-            log.warning("[%s/%s] msg %s attempted %d times, giving up", self.topic, self.channel,
-                        message.id.decode(), message.attempts)
-            if self._on_give_up is not None:
-                outcome = self._on_give_up(message)
-                if inspect.isawaitable(outcome):
-                    await outcome
-            message.finish()
-            return
-        try:
-            await self._handler(message)
-        except Exception as exc:
-            log.error("[%s/%s] Handler returned error (%r) for msg %s", self.topic, self.channel, exc,
-                      message.id.decode())
-            if message._auto_response:
-                message.requeue()
-            return
-        if message._auto_response:
-            message.finish()
+    async def _give_up(self, message: Message) -> None:
+        log.warning("[%s/%s] msg %s attempted %d times, giving up", self.topic, self.channel,
+                    message.id.decode(), message.attempts)
+        if self._on_give_up is not None:
+            outcome = self._on_give_up(message)
+            if inspect.isawaitable(outcome):
+                await outcome
+        message.finish()
 
     async def _stop_deadline(self) -> None:
         await anyio.sleep(self._stop_timeout)
         log.warning("[%s/%s] stop timeout: requeueing what is still in flight", self.topic, self.channel)
         self._workers_scope.cancel()
-        for message in [*self._queue, *self._current]:
-            if message is not None and not message.has_responded:
-                message.requeue(0, backoff=False)
+        for message in self._queue:
+            message.requeue(0, backoff=False)
         self._queue.clear()
         for conn in self._conns.values():
             conn.close_when_flushed()
@@ -482,8 +485,14 @@ class Consumer:
             log.debug("(%s) redistributing RDY", conn.address)
             self._update_rdy(conn, 1)
 
+    def _start_closing(self, conn: Connection) -> None:
+        conn.closing = conn.answers_watched = True
+        conn.send(CLS)
+
     def _signal(self, signal: Signal) -> None:
         decision = self._backoff.update(signal)
+        for conn in self._conns.values():
+            conn.answers_watched = conn.closing or self._backoff.in_backoff
         if decision is None:
             return
         if decision == EXIT:

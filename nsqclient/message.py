@@ -11,21 +11,25 @@ connection and written without waiting; after ``disable_auto_response()`` the Co
 leaves answering to the handler entirely (e.g. to finish later, from another task).
 """
 
-from common.message import HEADER_LENGTH, TIMESTAMP_ATTEMPTS
-
-_unpack_header = TIMESTAMP_ATTEMPTS.unpack_from
+from common.message import HEADER_LENGTH
 
 
 class Message:
-    __slots__ = ("id", "body", "timestamp", "attempts", "_conn", "_responded", "_auto_response")
+    __slots__ = ("id", "body", "attempts", "_frame", "_conn", "_responded", "_auto_response")
 
-    def __init__(self, data: bytes, conn):
-        self.timestamp, self.attempts = _unpack_header(data)
-        self.id = data[10:HEADER_LENGTH]
-        self.body = data[HEADER_LENGTH:]
+    def __init__(self, frame: bytes, conn):
+        self._frame = frame
+        self.attempts = (frame[8] << 8) | frame[9]
+        self.id = frame[10:HEADER_LENGTH]
+        self.body = frame[HEADER_LENGTH:]
         self._conn = conn
         self._responded = False
         self._auto_response = True
+
+    @property
+    def timestamp(self) -> int:
+        """When it was published, in nanoseconds since the epoch."""
+        return int.from_bytes(self._frame[:8], "big", signed=True)
 
     @property
     def nsqd_address(self) -> str:
