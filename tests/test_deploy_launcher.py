@@ -226,3 +226,12 @@ def test_killing_the_launcher_itself_leaves_no_daemon_running(launch, tmp_path):
     while time.monotonic() < deadline and any(alive(pid) for pid in pids.values()):
         time.sleep(0.1)
     assert_gone(pids)
+
+
+def test_ctrl_c_while_the_daemons_start_stops_them_cleanly(launch, tmp_path):
+    launcher = launch(f"--data-dir={tmp_path}", "--nsqd", "1")
+    launcher.wait_for(r"^launcher +\| started nsqadmin", START_SECONDS)
+    pids = launcher.pids()
+    assert launcher.ctrl_c() == 0, launcher.output()
+    assert_gone(pids)
+    assert UP not in launcher.output()
