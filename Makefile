@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Options for the launcher: make run ARGS='--nsqd 3 --data-dir /tmp/nsq' (see python -m deploy.run_local --help)
-ARGS ?=
+ARGS :=
 
 run: $(STAMP)
 	$(BIN)/python -m deploy.run_local $(ARGS)
