@@ -19,8 +19,8 @@ Theory of operation:
   options (TLS, snappy/deflate, AUTH, sample_rate, output buffering...) and SUBscribed.
   When one closes, the Consumer asks nsqlookupd again, or, with no nsqlookupd, reconnects to
   the nsqd it was given (1 s doubling up to ``lookupd_poll_interval``).
-* Flow: ``max_in_flight`` is spread over the connections by :mod:`.rdy`'s rules, and taken
-  back by :mod:`.backoff`'s when the handler fails.
+* Flow: ``max_in_flight`` is spread over the connections by :mod:`.rdy`'s rules (again each
+  time an nsqd comes or goes), and taken back by :mod:`.backoff`'s when the handler fails.
 * Handling: ``concurrency`` worker tasks (1 by default, like go-nsq's AddHandler) take
   messages in arrival order. A message past ``max_attempts`` goes to ``on_give_up`` (sync or
   async) and is finished without the handler. A handler that returns finishes its message; one
@@ -338,6 +338,10 @@ class Consumer:
             if left == 0:
                 self._stopped.set()
             return
+        # go-nsq leaves the others' RDY as it was until the next connection comes; here they
+        # take their larger share of max_in_flight at once
+        for other in list(self._conns.values()):
+            self._maybe_update_rdy(other)
         if self._poller.endpoints:
             self._poller.recheck()
         elif address in self._nsqd_addresses:
