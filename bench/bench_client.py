@@ -29,7 +29,7 @@ from common.client_v2 import encode_mpub  # noqa: E402
 TOPIC = "client_bench"
 SIZE = 200
 BATCH = 200
-IN_FLIGHT_BATCHES = 4
+IN_FLIGHT_BATCHES = 64
 MAX_IN_FLIGHT = 2500
 CLIENTS = ("nsqclient-asyncio", "nsqclient-trio", "pynsq")
 NSQD_FLAGS = ("--mem-queue-size=100000000",)

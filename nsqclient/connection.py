@@ -32,6 +32,7 @@ from common.client_v2 import FrameParser, split_error
 from common.commands import MAGIC_V2, Auth, Identify, Sub
 from common.compression import DeflateCodec, SnappyCodec
 from common.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, HEARTBEAT, FrameError
+from common.message import HEADER_LENGTH
 
 from .config import Config
 from .errors import AuthError, ConnectError, ConnectionClosedError, NSQError, ProtocolError
@@ -121,32 +122,42 @@ class Connection:
                 self._stream = await anyio.connect_tcp(host, port, local_host=config.local_addr or None)
         except (OSError, TimeoutError) as exc:
             raise ConnectError(f"cannot connect to nsqd at {self.address}: {exc or type(exc).__name__}") from None
+        await self._handshake_step(self._identify, host)
+        return self.identify_answer
+
+    async def subscribe(self, topic: str, channel: str) -> None:
+        """SUB, before ``run()``; raises ProtocolError if nsqd refuses."""
+        await self._handshake_step(self._subscribe, topic, channel)
+
+    async def _handshake_step(self, step, *args) -> None:
+        """Run a handshake step; on failure close, and report a broken transport as ConnectError."""
         try:
-            await self._stream.send(MAGIC_V2 + Identify(identify_body(config)).to_bytes())
-            answer = await self._handshake_frame()
-            if answer[:1] == b"{":
-                self.identify_answer = json.loads(answer)
-                self.max_rdy = self.identify_answer.get("max_rdy_count", DEFAULT_MAX_RDY_COUNT)
-            await self._upgrade(host)
-            if self.identify_answer.get("auth_required"):
-                await self._auth()
-        except (OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+            await step(*args)
+        except NSQError:
+            await self._abort_handshake()
+            raise
+        except (OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError,
+                FrameError, ValueError) as exc:
             await self._abort_handshake()
             raise ConnectError(f"connection to nsqd at {self.address} failed during the handshake: "
                                f"{exc or type(exc).__name__}") from None
         except BaseException:
             await self._abort_handshake()
             raise
-        return self.identify_answer
 
-    async def subscribe(self, topic: str, channel: str) -> None:
-        """SUB, before ``run()``; raises ProtocolError if nsqd refuses."""
-        try:
-            await self._send_now(Sub(topic, channel).to_bytes())
-            self._expect_ok(await self._handshake_frame(), "SUB")
-        except BaseException:
-            await self._abort_handshake()
-            raise
+    async def _identify(self, host: str) -> None:
+        await self._stream.send(MAGIC_V2 + Identify(identify_body(self.config)).to_bytes())
+        answer = await self._handshake_frame()
+        if answer[:1] == b"{":
+            self.identify_answer = json.loads(answer)
+            self.max_rdy = self.identify_answer.get("max_rdy_count", DEFAULT_MAX_RDY_COUNT)
+        await self._upgrade(host)
+        if self.identify_answer.get("auth_required"):
+            await self._auth()
+
+    async def _subscribe(self, topic: str, channel: str) -> None:
+        await self._send_now(Sub(topic, channel).to_bytes())
+        self._expect_ok(await self._handshake_frame(), "SUB")
 
     async def _upgrade(self, host: str) -> None:
         answer, config = self.identify_answer, self.config
@@ -264,6 +275,8 @@ class Connection:
             batch = None
             for frame_type, data in parser.frames():
                 if frame_type == message_type:
+                    if len(data) < HEADER_LENGTH:
+                        raise FrameError(f"invalid message frame of {len(data)} bytes")
                     if batch is None:
                         batch = [Message(data, self)]
                     else:

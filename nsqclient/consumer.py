@@ -60,6 +60,10 @@ STOP_TIMEOUT = 30.0
 FORCED_CLOSE_GRACE = 1.0
 
 
+def _is_async_callable(handler) -> bool:
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
+
+
 class ConsumerStats(NamedTuple):
     messages_received: int
     messages_finished: int
@@ -77,6 +81,8 @@ class Consumer:
                 raise ProtocolError(*refused)
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if not _is_async_callable(handler):
+            raise TypeError(f"the handler must be an async function, not {handler!r}")
         self.topic = topic
         self.channel = channel
         self.config = make_config(config, options)

@@ -225,6 +225,14 @@ def test_close_after_the_stop_timeout_requeues_what_is_still_in_flight(backend, 
     assert (channel["depth"], channel["in_flight_count"], channel["requeue_count"]) == (2, 0, 2)
 
 
+def test_a_handler_must_be_async():
+    def handler(message):
+        pass
+
+    with pytest.raises(TypeError):
+        Consumer("t", "ch", handler, nsqd_tcp_addresses=["127.0.0.1:1"])
+
+
 def test_invalid_names_are_refused_with_nsqs_codes():
     with pytest.raises(ProtocolError) as raised:
         Consumer("bad topic", "ch", None, nsqd_tcp_addresses=["127.0.0.1:1"])
