@@ -1,7 +1,8 @@
 """Client options under go-nsq's names, defaults and ranges (go-nsq config.go).
 
-``Config(max_in_flight=200, lookupd_poll_interval=15)`` or, for command-line
-``--consumer-opt=max_in_flight,200`` style pairs, ``config.set("max_in_flight", "200")``.
+``Config(max_in_flight=200, lookupd_poll_interval=15)``, ``config.set("max_in_flight", "200")``,
+or ``config.set_flag("max_in_flight,200")`` for a command line's ``--consumer-opt`` /
+``--producer-opt`` value (``config.set_flag("snappy")`` sets a boolean to true).
 Option names may use ``-`` for ``_``, as go-nsq's ``Config.Set`` allows.
 
 Values: a string is read the way go-nsq reads it (Go durations such as ``"250ms"``,
@@ -137,6 +138,12 @@ class Config:
             raise ConfigError(f"invalid option {option}")
         setattr(self, name, _coerce(name, value))
         self.validate()
+
+    def set_flag(self, flag: str) -> None:
+        """One ``--consumer-opt`` / ``--producer-opt`` value (go-nsq ConfigFlag): ``key,value``, or
+        ``key`` alone for true."""
+        key, sep, value = flag.partition(",")
+        self.set(key, value if sep else True)
 
     def replace(self, **options) -> "Config":
         """A copy with some options changed."""

@@ -337,7 +337,8 @@ class Consumer:
         self._total_rdy -= conn_rdy
         had_retry = self._cancel_rdy_retry(conn)
         left = len(self._conns)
-        log.warning("[%s/%s] there are %d connections left alive", self.topic, self.channel, left)
+        log.log(logging.INFO if self._stopping else logging.WARNING, "[%s/%s] there are %d connections left alive",
+                self.topic, self.channel, left)
         if (had_retry or conn_rdy > 0) and (left == self._max_in_flight or self._backoff.in_backoff):
             self._need_redistribution = True
         if self._stopping:

@@ -111,6 +111,16 @@ def test_options_by_go_nsq_names_from_command_line_strings():
             config.lookupd_poll_jitter) == (200, 15, 0.1, True, 0.5)
 
 
+def test_command_line_option_flags_as_go_nsqs_config_flag_reads_them():
+    config = Config()
+    config.set_flag("max_attempts,10")
+    config.set_flag("deflate")
+    config.set_flag("user_agent,a,b")
+    assert (config.max_attempts, config.deflate, config.user_agent) == (10, True, "a,b")
+    with pytest.raises(ConfigError):
+        config.set_flag("max_in_flight")
+
+
 @pytest.mark.parametrize("option, value, message", [
     ("max_in_flight", "-1", "invalid max_in_flight ! -1 < 0"),
     ("rdy_redistribute_interval", "6s", "invalid rdy_redistribute_interval ! 6s > 5s"),
