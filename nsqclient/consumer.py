@@ -47,7 +47,7 @@ from common.frames import CLOSE_WAIT
 from . import rdy
 from .backoff import EXIT, BackoffState, Signal, reconnect_delay, strategy
 from .config import Config, make_config
-from .connection import Connection
+from .connection import Connection, split_address
 from .errors import NSQError, ProtocolError, StoppedError
 from .lookupd_poller import LookupdPoller
 from .message import Message
@@ -95,6 +95,8 @@ class Consumer:
         self._backoff = BackoffState(strategy(self.config.backoff_strategy, self.config.backoff_multiplier, self._rng),
                                      self.config.max_backoff_duration)
         self._nsqd_addresses: list[str] = list(dict.fromkeys(nsqd_tcp_addresses))
+        for address in self._nsqd_addresses:
+            split_address(address)
         self._poller = LookupdPoller(topic, self.config, self._connect_discovered, self._rng)
         for address in lookupd_http_addresses:
             self._poller.add(address)
@@ -212,6 +214,7 @@ class Consumer:
             raise StoppedError("consumer stopped")
         if self._task_group is None:
             raise NSQError("the consumer is not running: use `async with` or run()")
+        split_address(address)
         if address not in self._nsqd_addresses:
             self._nsqd_addresses.append(address)
         if address in self._conns or address in self._pending:
@@ -291,7 +294,7 @@ class Consumer:
                 return
             try:
                 await self.connect_to_nsqd(address)
-            except (NSQError, OSError) as exc:
+            except (NSQError, OSError, ValueError) as exc:
                 log.error("[%s/%s] (%s) error connecting to nsqd - %s", self.topic, self.channel, address, exc)
 
     # -- connection delegate -----------------------------------------------------------

@@ -31,7 +31,7 @@ from common.client_v2 import encode_mpub, invalid_topic
 from common.commands import Dpub, Pub
 
 from .config import Config, make_config
-from .connection import Connection
+from .connection import Connection, split_address
 from .errors import ConnectionClosedError, NSQError, ProtocolError, StoppedError
 
 log = logging.getLogger("nsqclient")
@@ -49,6 +49,7 @@ class _Waiter:
 
 class Producer:
     def __init__(self, address: str, config: Config | None = None, **options):
+        split_address(address)
         self.address = address
         self.config = make_config(config, options)
         self._conn: Connection | None = None
