@@ -259,6 +259,12 @@ class Consumer:
         else:
             self._poller.recheck()
 
+    def disconnect_from_nsqlookupd(self, address: str) -> None:
+        """Stop polling this nsqlookupd (not the last one: go-nsq keeps at least one)."""
+        if len(self._poller.endpoints) == 1 and address in self._poller:
+            raise NSQError(f"cannot disconnect from only remaining nsqlookupd HTTP address {address}")
+        self._poller.remove(address)
+
     async def _connect_or_reconnect(self, address: str) -> None:
         try:
             await self.connect_to_nsqd(address)

@@ -69,7 +69,11 @@ class LookupdPoller:
         self.endpoints.append(url)
         return True
 
+    def __contains__(self, address: str) -> bool:
+        return lookup_url(address, self.topic) in self.endpoints
+
     def remove(self, address: str) -> None:
+        """Poll this nsqlookupd no more; ValueError if it was not polled."""
         self.endpoints.remove(lookup_url(address, self.topic))
 
     def recheck(self) -> None:

@@ -5,7 +5,7 @@ reconnect after an nsqd restart, discovery through an nsqlookupd that goes away 
 import anyio
 import pytest
 
-from nsqclient import Consumer, Message, Producer
+from nsqclient import Consumer, Message, NSQError, Producer
 
 from .client_helpers import backend, run, start_nsqd, unique, wait_for  # noqa: F401 (fixtures)
 from .lookupd_helpers import LookupdProcess
@@ -134,6 +134,8 @@ def test_discovery_through_a_lookupd_that_goes_away_and_comes_back(tmp_path_fact
             lookupd = LookupdProcess(f"--tcp-address=127.0.0.1:{lookupd.tcp_port}",
                                      f"--http-address=127.0.0.1:{lookupd.http_port}")
             await wait_for(lambda: len(got) == 3, timeout=10)
+            with pytest.raises(NSQError):
+                consumer.disconnect_from_nsqlookupd(f"127.0.0.1:{lookupd.http_port}")
             return set(consumer.connections)
 
     try:
