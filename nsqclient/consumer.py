@@ -410,9 +410,13 @@ class Consumer:
         log.warning("[%s/%s] msg %s attempted %d times, giving up", self.topic, self.channel,
                     message.id.decode(), message.attempts)
         if self._on_give_up is not None:
-            outcome = self._on_give_up(message)
-            if inspect.isawaitable(outcome):
-                await outcome
+            try:
+                outcome = self._on_give_up(message)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception as exc:
+                log.error("[%s/%s] give-up hook raised %r for msg %s", self.topic, self.channel, exc,
+                          message.id.decode())
         message.finish()
 
     async def _stop_deadline(self) -> None:
