@@ -134,6 +134,11 @@ class ResponseReader:
         self._pos = 0
         self._max = max_size
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet taken out."""
+        return len(self._buf) - self._pos
+
     def receive_data(self, data: bytes) -> None:
         if self._pos:
             del self._buf[: self._pos]
