@@ -50,6 +50,12 @@ class HTTPAPI:
         }
         self.paths = {path for _, path in self.routes}
 
+    def body_limit(self, method: str, path: str) -> int:
+        """The body bytes nsqd reads before answering 413 (nsqd/http.go): a message's worth
+        (--max-msg-size) everywhere but /mpub, which takes --max-body-size."""
+        opts = self.nsqd.opts
+        return opts.max_body_size if path == "/mpub" else opts.max_msg_size
+
     async def __call__(self, request: Request) -> Response:
         handler = self.routes.get((request.method, request.path))
         try:
@@ -302,7 +308,7 @@ def set_lookupd_addresses(nsqd, body: bytes) -> None:
             raise ValueError("not a list of strings")
         for address in addresses:
             validate_lookupd_address(address)
-    except (ValueError, FlagError):
+    except (ValueError, RecursionError, FlagError):
         raise HTTPError(400, "INVALID_VALUE") from None
     nsqd.opts.lookupd_tcp_address = addresses
     nsqd.lookup.set_addresses(addresses)

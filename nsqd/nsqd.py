@@ -107,15 +107,18 @@ class NSQD:
             http_listeners = await open_listeners(self.opts.http_address, "--http-address")
             self.http_port = bound_port(http_listeners)
             log.info("HTTP: listening on %s", format_address(http_listeners[0].socket.getsockname()))
-            handler = tls_required_handler(self) if self.opts.tls_required == TLS_REQUIRED else HTTPAPI(self)
-            server = HTTPServer(handler, max_body_size=max(self.opts.max_body_size, self.opts.max_msg_size))
+            api = HTTPAPI(self)
+            handler = tls_required_handler(self) if self.opts.tls_required == TLS_REQUIRED else api
+            server = HTTPServer(handler, max_body_size=max(self.opts.max_body_size, self.opts.max_msg_size),
+                                body_limit=api.body_limit)
             await nursery.start(server.serve, http_listeners)
         if self.tls_context is not None and self.opts.https_address:
             https_listeners = await open_listeners(self.opts.https_address, "--https-address")
             self.https_port = bound_port(https_listeners)
             log.info("HTTPS: listening on %s", format_address(https_listeners[0].socket.getsockname()))
-            server = HTTPServer(HTTPAPI(self), max_body_size=max(self.opts.max_body_size, self.opts.max_msg_size),
-                                name="HTTPS")
+            api = HTTPAPI(self)
+            server = HTTPServer(api, max_body_size=max(self.opts.max_body_size, self.opts.max_msg_size),
+                                name="HTTPS", body_limit=api.body_limit)
             await nursery.start(server.serve, tls_listeners(https_listeners, self.tls_context))
 
     def _begin_exit(self) -> None:

@@ -3,8 +3,18 @@
 Measured on this machine, hypercorn's trio worker serves ~1,200 requests/s and a trio
 loop over h11 ~5,000 (shared/reference/stack.md); nsqd's ``POST /pub`` needs more, so
 requests are parsed by httptools' C parser and answers are written directly. Handlers
-get a whole :class:`Request` (body read, bounded by ``max_body_size``) and return a
-:class:`Response`; keep-alive and pipelining work as in Go's net/http.
+get a whole :class:`Request` (body read, bounded by ``max_body_size`` or by the route's
+``body_limit``) and return a :class:`Response`; keep-alive and pipelining work as in Go's
+net/http.
+
+Hostile clients: a request line and headers longer than Go's limit (MaxHeaderBytes, 1 MiB,
+plus the 4 KiB net/http reads beyond it) get Go's ``431``; a declared or received body
+over the limit is answered at once, unread. NSQ's Go servers set no timeouts; here a
+request's line and headers must arrive within ``HEADER_TIMEOUT`` and the whole request
+within ``READ_TIMEOUT`` (as Go's ReadHeaderTimeout and ReadTimeout: from the accept for
+a connection's first request, from its first byte for the next ones), so slow clients
+(slow-loris) cannot hold connections forever; they are closed without an answer, as Go
+closes a connection whose read deadline passed.
 """
 
 import logging
@@ -23,7 +33,10 @@ from .listeners import socket_of
 log = logging.getLogger("http")
 
 RECEIVE_SIZE = 64 * 1024
-IDLE_TIMEOUT = 120.0
+IDLE_TIMEOUT = 120.0  # waiting for the next request on a kept-alive connection
+HEADER_TIMEOUT = 10.0
+READ_TIMEOUT = 60.0
+MAX_HEADER_BYTES = (1 << 20) + 4096
 DISCONNECTED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -48,18 +61,23 @@ class Response:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+BodyLimit = Callable[[str, str], int]  # (method, path) -> the most body bytes read before answering
 
 
 class _RequestReader:
     """httptools callbacks: collect each request as it is parsed."""
 
-    def __init__(self, max_body_size: int, remote: str):
-        self.max_body_size = max_body_size
+    def __init__(self, body_limit: BodyLimit, remote: str):
+        self.body_limit = body_limit
         self.remote = remote
         self.parser = httptools.HttpRequestParser(self)
         self.complete: list[Request] = []
         self.current: Request | None = None
         self.expects_continue = False
+        self.began_at: float | None = trio.current_time()  # the first request's clocks start at the accept
+        self.head_bytes = 0  # received since the current request's headers began
+        self.in_body = False
+        self._max_body_size = 0
         self._url = b""
         self._chunks: list[bytes] = []
         self._size = 0
@@ -67,6 +85,8 @@ class _RequestReader:
     def on_message_begin(self) -> None:
         self._url, self._chunks, self._size = b"", [], 0
         self.current = Request("", "", "", {}, b"", self.remote)
+        if self.began_at is None:
+            self.began_at = trio.current_time()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -81,14 +101,17 @@ class _RequestReader:
         target = urlsplit(self._url.decode("latin-1"))
         request.method = self.parser.get_method().decode("ascii", "replace")
         request.path, request.query = target.path, target.query
+        self._max_body_size = self.body_limit(request.method, request.path)
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_body_size:
+        if declared.isdigit() and int(declared) > self._max_body_size:
             request.body_too_big = True
         self.expects_continue = request.headers.get("expect", "").lower() == "100-continue"
+        self.head_bytes = 0
+        self.in_body = True
 
     def on_body(self, body: bytes) -> None:
         self._size += len(body)
-        if self._size > self.max_body_size:
+        if self._size > self._max_body_size:
             self.current.body_too_big = True
         elif not self.current.body_too_big:
             self._chunks.append(body)
@@ -100,12 +123,21 @@ class _RequestReader:
         self.complete.append(request)
         self.current = None
         self.expects_continue = False
+        self.began_at = None
+        self.in_body = False
+
+    def read_deadline(self) -> float:
+        """When the connection is closed unless more of the request arrives."""
+        if self.began_at is None:
+            return trio.current_time() + IDLE_TIMEOUT
+        return self.began_at + (READ_TIMEOUT if self.in_body else HEADER_TIMEOUT)
 
 
 class HTTPServer:
-    def __init__(self, handler: Handler, max_body_size: int, name: str = "HTTP"):
+    def __init__(self, handler: Handler, max_body_size: int, name: str = "HTTP", body_limit: BodyLimit | None = None):
         self.handler = handler
         self.max_body_size = max_body_size
+        self.body_limit = body_limit or (lambda method, path: max_body_size)
         self.name = name
 
     async def serve(self, listeners, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -114,7 +146,7 @@ class HTTPServer:
     async def _serve_connection(self, stream) -> None:
         remote = _peer(stream)
         try:
-            await self._handle_requests(stream, _RequestReader(self.max_body_size, remote))
+            await self._handle_requests(stream, _RequestReader(self.body_limit, remote))
         except DISCONNECTED:
             pass
         except Exception:
@@ -126,30 +158,39 @@ class HTTPServer:
 
     async def _handle_requests(self, stream, reader: _RequestReader) -> None:
         continue_sent = False
-        with trio.CancelScope() as idle:
-            while True:
-                idle.deadline = trio.current_time() + IDLE_TIMEOUT
+        while True:
+            with trio.move_on_at(reader.read_deadline()) as timer:
                 data = await stream.receive_some(RECEIVE_SIZE)
-                if not data:
+            if timer.cancelled_caught:
+                log.debug("%s: closing %s: request not received in time", self.name, reader.remote)
+                return
+            if not data:
+                return
+            if not reader.in_body:
+                reader.head_bytes += len(data)
+                if reader.head_bytes > MAX_HEADER_BYTES:
+                    await stream.send_all(_refusal(431, "431 Request Header Fields Too Large"))
                     return
-                try:
-                    reader.parser.feed_data(data)
-                except httptools.HttpParserError as exc:
-                    await stream.send_all(_bad_request(str(exc)))
+            try:
+                reader.parser.feed_data(data)
+            except httptools.HttpParserError as exc:
+                # a callback's own error (an HTTP version we do not serve) says more than llhttp's
+                reason = exc.__context__ if isinstance(exc.__context__, httptools.HttpParserError) else exc
+                await stream.send_all(_bad_request(str(reason)))
+                return
+            for request in _take(reader.complete):
+                if not await self._answer(stream, request):
                     return
-                for request in _take(reader.complete):
-                    if not await self._answer(stream, request):
-                        return
-                    continue_sent = False
-                pending = reader.current
-                if pending is not None and pending.body_too_big:
-                    pending.keep_alive = False  # answer now; the rest of the body is not read
-                    await self._answer(stream, pending)
-                    return
-                if reader.expects_continue and not continue_sent:
-                    # as Go's server does once a handler reads the body; curl waits 1 s otherwise
-                    await stream.send_all(CONTINUE)
-                    continue_sent = True
+                continue_sent = False
+            pending = reader.current
+            if pending is not None and pending.body_too_big:
+                pending.keep_alive = False  # answer now; the rest of the body is not read
+                await self._answer(stream, pending)
+                return
+            if reader.expects_continue and not continue_sent:
+                # as Go's server does once a handler reads the body; curl waits 1 s otherwise
+                await stream.send_all(CONTINUE)
+                continue_sent = True
 
     async def _answer(self, stream, request: Request) -> bool:
         """Run the handler and send its response; whether the connection stays open."""
@@ -187,9 +228,13 @@ def _encode(response: Response, keep_alive: bool, head: bool) -> bytes:
     return head_bytes if head else head_bytes + response.body
 
 
+def _refusal(status: int, text: str) -> bytes:
+    """Go's net/http answer to a request it will not read: plain text, then the connection closes."""
+    return _encode(Response(status, text.encode(), [("Content-Type", "text/plain; charset=utf-8")]), False, False)
+
+
 def _bad_request(reason: str) -> bytes:
-    body = f"400 Bad Request: {reason}".encode()
-    return _encode(Response(400, body, [("Content-Type", "text/plain; charset=utf-8")]), False, False)
+    return _refusal(400, f"400 Bad Request: {reason}")
 
 
 def _reason(status: int) -> bytes:
