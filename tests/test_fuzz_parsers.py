@@ -35,8 +35,8 @@ V1_MAX_BODY = 2048
 V1_BUFFER_BOUND = protocol_v1.MAX_LINE_LENGTH + 4 + V1_MAX_BODY
 MAX_FRAME = 4096
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FEW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 names = st.from_regex(r"[.a-zA-Z0-9_-]{1,60}(#ephemeral)?", fullmatch=True).filter(lambda n: len(n) <= 64)
 message_ids = st.text(alphabet="0123456789abcdef", min_size=16, max_size=16).map(str.encode)
