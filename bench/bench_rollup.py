@@ -37,6 +37,9 @@ from nsqadmin.history import layout  # noqa: E402
 PR_SET_CHILD_SUBREAPER = 36
 FULL_ROWS_PER_SECOND_TARGET = 250_000
 INCREMENTAL_SECONDS_TARGET = 20.0
+# Changes when the generated files change (v2: hours in five-minute row groups, as compaction
+# now writes them); data cached under an older name is not reused.
+DATA_FORMAT = "v2"
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ def summary_line(log: Path) -> str:
 
 def prepared_data(data: Path, shape: ClusterShape, hours: int) -> tuple[Path, int]:
     """The pristine stats dir for this shape (generated on first use) and its row count."""
-    home = data / f"{shape.nodes}n-{shape.channels}c-{shape.topics}t-{hours}h"
+    home = data / f"{shape.nodes}n-{shape.channels}c-{shape.topics}t-{hours}h-{DATA_FORMAT}"
     pristine, marker = home / "stats", home / "rows"
     if marker.exists():
         print(f"data: {int(marker.read_text()):,} rows cached in {pristine}")

@@ -15,10 +15,9 @@ never a missing node. The defaults (24 h, 10 nodes, 200 channels over 20 topics)
 Theory of operation. A series is one (node, topic, channel) across snapshots. Its parameters
 (publish rate, consumers, ...) are drawn once from a seeded generator, so the same shape always
 gives the same series. A chunk (an hour, or the appended minute) is built as flat pyarrow
-columns in series-major order: series 0's snapshots, then series 1's, ... That is the order
-compaction sorts a closed hour in (node, topic, channel, ts), and it turns every per-series
-running total into one cumulative sum over the chunk minus each series' sum before its first
-row. Counters and backlogs carry from chunk to chunk through the last value of each series,
+columns in series-major order: series 0's snapshots, then series 1's, ..., which turns every
+per-series running total into one cumulative sum over the chunk minus each series' sum before
+its first row; an hour is then written sorted and grouped as compaction writes it. Counters and backlogs carry from chunk to chunk through the last value of each series,
 which ``append_minute`` reads back from the newest snapshot on disk.
 
 The values behave like NSQ's: every channel of a topic on a node receives each message
@@ -49,7 +48,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nsqadmin.history import layout  # noqa: E402
+from nsqadmin.history import compaction, layout  # noqa: E402
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 SNAPSHOT_SECONDS = 10
@@ -308,13 +307,17 @@ def recorded_name(start: datetime) -> str:
     return f"{start:%Y%m%dT%H%M%S}-{os.urandom(4).hex()}.parquet"
 
 
-def write_snapshots(stats_dir: Path, table: pa.Table, start: datetime, name: str) -> Path:
-    """Publish ``table`` as the new file ``name`` in the raw hour directory of ``start``."""
+def write_snapshots(stats_dir: Path, table: pa.Table, start: datetime, name: str, compacted: bool) -> Path:
+    """Publish ``table`` as the new file ``name`` in the raw hour directory of ``start``, as
+    compaction writes a closed hour or as the recorder writes a flush."""
     directory = layout.raw_partition(stats_dir, start)
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / name
     temporary = layout.hidden_twin(final)
-    pq.write_table(table, temporary)
+    if compacted:
+        compaction.write_compacted(table, temporary)
+    else:
+        pq.write_table(table, temporary)
     layout.publish(temporary, final)
     return final
 
@@ -330,7 +333,7 @@ def generate(stats_dir: str | Path, shape: ClusterShape, hours: int, start: date
     for hour in range(hours):
         hour_start = start + timedelta(hours=hour)
         table, carry = chunk(series, hour_start, SNAPSHOTS_PER_HOUR, carry)
-        write_snapshots(stats_dir, table, hour_start, compacted_name())
+        write_snapshots(stats_dir, table, hour_start, compacted_name(), compacted=True)
         written += table.num_rows
     return written
 
@@ -340,7 +343,7 @@ def append_minute(stats_dir: str | Path) -> tuple[Path, int]:
     shape, newest, carry = newest_snapshot(Path(stats_dir))
     start = newest + timedelta(seconds=SNAPSHOT_SECONDS)
     table, _ = chunk(build_series(shape), start, SNAPSHOTS_PER_MINUTE, carry)
-    return write_snapshots(Path(stats_dir), table, start, recorded_name(start)), table.num_rows
+    return write_snapshots(Path(stats_dir), table, start, recorded_name(start), compacted=False), table.num_rows
 
 
 def newest_snapshot(stats_dir: Path) -> tuple[ClusterShape, datetime, Carry]:

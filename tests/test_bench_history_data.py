@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.history_data import START, ClusterShape, append_minute, generate
-from nsqadmin.history import layout
+from nsqadmin.history import compaction, layout
 
 from .helpers import ROOT
 
@@ -29,7 +29,7 @@ def stats_dir(tmp_path):
     return tmp_path
 
 
-def test_one_file_an_hour_in_the_raw_layout_sorted_by_series(stats_dir):
+def test_one_file_an_hour_in_the_raw_layout_as_compaction_writes_it(stats_dir):
     files = layout.visible_files(layout.raw_dir(stats_dir))
     assert [path.parent for path in files] == [layout.raw_partition(stats_dir, START + timedelta(hours=hour))
                                                for hour in range(2)]
@@ -37,7 +37,12 @@ def test_one_file_an_hour_in_the_raw_layout_sorted_by_series(stats_dir):
         table = pq.read_table(path)
         assert table.schema == layout.RAW_SCHEMA
         assert table.num_rows == 360 * SHAPE.rows_per_snapshot
-        assert table.equals(table.sort_by(SERIES_ORDER))
+        metadata = pq.ParquetFile(path).metadata
+        assert metadata.num_row_groups == 60 // compaction.ROW_GROUP_MINUTES
+        for group in range(metadata.num_row_groups):
+            rows = pq.ParquetFile(path).read_row_group(group)
+            assert rows.equals(rows.sort_by(compaction.SERIES_ORDER))
+            assert len(set(pc.floor_temporal(rows["ts"], compaction.ROW_GROUP_MINUTES, "minute").to_pylist())) == 1
         assert not pc.any(table["missing"]).as_py()
 
 

@@ -2,7 +2,10 @@
 
 Theory of operation. The recorder writes a small file per poll. Once an hour is closed (it ended
 more than :data:`CLOSED_AFTER` ago) and every file in it has been rolled up, its files are
-rewritten as one, sorted by series, so later runs open one file instead of hundreds. No crash
+rewritten as one, so later runs open one file instead of hundreds. The file holds a row group
+per five minutes, each sorted by series and time: a run's look-back into the minutes before new
+snapshots reads only the row groups whose ``ts`` statistics overlap it, and the job's sort of a
+full day by series and time finds the rows of each series in runs. No crash
 may let a row be read twice or be lost, so the merge goes in steps, each safe to stop after:
 
 1. record ``{"dir", "file", "replaces"}`` as the state's ``compacting`` (no new file exists yet);
@@ -21,13 +24,15 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import layout
 from .rollup_state import RollupState, raw_hour, save_state
 
 CLOSED_AFTER = timedelta(minutes=10)
-SORT_KEYS = [("node", "ascending"), ("topic", "ascending"), ("channel", "ascending"), ("ts", "ascending")]
+SERIES_ORDER = [("node", "ascending"), ("topic", "ascending"), ("channel", "ascending"), ("ts", "ascending")]
+ROW_GROUP_MINUTES = 5
 
 
 def recover(stats_dir: Path, state: RollupState) -> None:
@@ -77,9 +82,17 @@ def _compact(stats_dir: Path, state: RollupState, directory: str, names: list[st
     tables = [pq.read_table(hour_dir / name, schema=layout.RAW_SCHEMA) for name in names]
     final = hour_dir / record["file"]
     twin = layout.hidden_twin(final)
-    pq.write_table(pa.concat_tables(tables).sort_by(SORT_KEYS), twin, compression="snappy")
+    write_compacted(pa.concat_tables(tables), twin)
     layout.publish(twin, final)
     _replace(stats_dir, state, record)
+
+
+def write_compacted(table: pa.Table, path: Path) -> None:
+    """``table`` as a compacted hour's file at ``path``: a row group per ROW_GROUP_MINUTES."""
+    groups = pc.floor_temporal(table["ts"], ROW_GROUP_MINUTES, "minute")
+    with pq.ParquetWriter(path, table.schema, compression="snappy") as writer:
+        for start in sorted(pc.unique(groups).to_pylist()):
+            writer.write_table(table.filter(pc.equal(groups, start)).sort_by(SERIES_ORDER))
 
 
 def _replace(stats_dir: Path, state: RollupState, record: dict) -> None:

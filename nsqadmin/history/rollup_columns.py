@@ -1,13 +1,14 @@
 """How each column of a rollup window is computed from what the window covers, as Spark expressions.
 
-Theory of operation. Three aggregations fill layout.ROLLUP_SCHEMA:
+Theory of operation. Three aggregations fill layout.ROLLUP_SCHEMA's values; the job carries a
+window's names as a 64-bit key (series_ids.py) and puts the names back when it writes:
 
 - a node's minute, from its snapshots and their counter deltas (rollup_job computes those);
-- the minute across nodes (``node`` ALL_NODES), from the nodes' minutes: counters summed,
+- the minute across nodes (ALL_NODES), from the nodes' minutes: counters summed,
   ``covered_seconds`` and ``samples`` the largest node's, gauges summed (the sums of the nodes'
   values: the cluster's own for ``*_last`` and ``depth_avg``, upper bounds for ``depth_max`` and
   ``depth_p95`` when nodes peak at different moments). The same aggregation passes each node's
-  own row through, so one pass writes both;
+  own row through, so one pass yields both;
 - an hour from its minutes and a day from its hours, for every node and for ALL_NODES:
   counters summed, ``depth_avg`` weighted by samples, ``depth_p95`` over the finer windows'
   ``depth_avg``, ``*_last`` from the last finer window.
@@ -16,14 +17,17 @@ An incremental run must write the very bits a full run writes, yet Spark adds nu
 whatever order rows reach an aggregate, and float addition depends on the order. Integer
 addition does not: time is summed as integer microseconds, depths as integers, and averages
 (across nodes, and weighted by samples) as integer thousandths of a message, so those come out
-rounded to a thousandth. Percentiles are exact: the 95th with linear interpolation between the
-closest ranks (numpy's default). A node's minute takes its ranks from a window ordered by
-depth, so the aggregation of every raw row stays a hash aggregation of fixed-width values,
-which Spark compiles; an hour or a day sorts its 60 or 24 finer averages in an array.
+rounded to a thousandth. Percentiles are the 95th with linear interpolation between the
+closest ranks (numpy's default), and the aggregation of every raw row stays a hash aggregation
+of fixed-width values, which Spark compiles. Of up to 21 values the 95th lies between the
+largest and the next, so a node's minute (6 snapshots at the default 10-second interval, 20 at
+3 seconds) needs only its maximum, how many snapshots reach it and the largest value below
+it: exact, without sorting anything. An hour's 60 minutes or a day's 24 hours are sorted in an
+array that a window collects in the pass over rows already grouped.
 """
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, Window, functions as F
+from pyspark.sql import Column, DataFrame, Window, WindowSpec, functions as F
 from pyspark.sql.types import (BooleanType, DataType, DoubleType, LongType, MapType, StringType,
                                StructField, StructType, TimestampType)
 
@@ -48,11 +52,15 @@ def spark_schema(schema: pa.Schema) -> StructType:
     return StructType([StructField(field.name, spark_type(field.type)) for field in schema])
 
 
-def rollup_columns(**columns: Column) -> list[Column]:
-    """``columns`` in layout.ROLLUP_SCHEMA's order and types (every column must be given)."""
-    missing = set(layout.ROLLUP_SCHEMA.names) - set(columns)
+NAMES = ("node", "topic", "channel")
+VALUES = tuple(name for name in layout.ROLLUP_SCHEMA.names if name not in NAMES)
+
+
+def value_columns(**columns: Column) -> list[Column]:
+    """``columns``: every column of layout.ROLLUP_SCHEMA but the names, in its order and types."""
+    missing = set(VALUES) - set(columns)
     assert not missing, f"rollup columns not computed: {sorted(missing)}"
-    return [columns[field.name].cast(spark_type(field.type)).alias(field.name) for field in layout.ROLLUP_SCHEMA]
+    return [columns[name].cast(spark_type(layout.ROLLUP_SCHEMA.field(name).type)).alias(name) for name in VALUES]
 
 
 def ratio(messages: Column, covered_seconds: Column) -> Column:
@@ -70,20 +78,28 @@ def fixed_point_sum(values: Column) -> Column:
     return F.sum(nearest_long(values * FIXED_POINT))
 
 
-def with_p95_ranks(frame: DataFrame, group: list[str], value: str) -> DataFrame:
-    """``frame`` with ``p95_low`` and ``p95_high``: ``value`` on the rows at the two ranks the
-    95th percentile of each ``group`` lies between, null on the others."""
-    by_value = Window.partitionBy(*group).orderBy(value)
-    count = F.count(F.lit(1)).over(by_value.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
-    ranked = (frame.withColumn("p95_rank", F.row_number().over(by_value) - 1)
-              .withColumn("p95_position", (count - 1) * PERCENTILE))
-    rank, position = F.col("p95_rank"), F.col("p95_position")
-    return (ranked.withColumn("p95_low", F.when(rank == F.floor(position), F.col(value)))
-            .withColumn("p95_high", F.when(rank == F.ceil(position), F.col(value))))
+def with_group_max(frame: DataFrame, group: list[str], value: str) -> DataFrame:
+    """``frame`` with ``group_max``, the largest ``value`` of each row's group."""
+    return frame.withColumn("group_max", F.max(value).over(Window.partitionBy(*group)))
 
 
-def p95_aggregates() -> list[Column]:
-    return [F.max("p95_low").alias("p95_low"), F.max("p95_high").alias("p95_high")]
+def top_two_p95(count: Column, largest: Column, largest_count: Column, below_largest: Column) -> Column:
+    """The percentile of ``count`` values from the largest, how many there are of it, and the
+    largest value below it: exact up to 21 values, above that the percentile of the top two."""
+    position = (count - 1) * PERCENTILE
+
+    def from_top(index: Column) -> Column:
+        return F.when(count - 1 - index < largest_count, largest).otherwise(below_largest)
+
+    return _interpolated(from_top(F.floor(position)), from_top(F.ceil(position)), position)
+
+
+def with_group_p95(frame: DataFrame, in_group: WindowSpec, value: str) -> DataFrame:
+    """``frame`` with ``group_p95``: on the first row of each partition of ``in_group`` the 95th
+    percentile of its ``value``s, null on the others (to be picked up by a max over the group)."""
+    whole = in_group.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    values = F.array_sort(F.collect_list(value).over(whole))
+    return frame.withColumn("group_p95", F.when(F.row_number().over(in_group) == 1, sorted_p95(values)))
 
 
 def sorted_p95(values: Column) -> Column:
@@ -100,13 +116,8 @@ def _interpolated(low: Column, high: Column, position: Column) -> Column:
     return low + (high - low) * (position - F.floor(position))
 
 
-def ranked_p95(count: Column) -> Column:
-    """The percentile of ``count`` values from the aggregated ``p95_low`` and ``p95_high``."""
-    return _interpolated(F.col("p95_low"), F.col("p95_high"), (count - 1) * PERCENTILE)
-
-
 # -- a node's minute, from snapshots: ts_us, depth, in_flight, client_count, paused, e2e_p99, the
-#    deltas dt_us, d_messages, d_requeues, d_timeouts, d_finished, and with_p95_ranks of depth ------
+#    deltas dt_us, d_messages, d_requeues, d_timeouts, d_finished, and with_group_max of depth -----
 
 def node_minute_aggregates() -> list[Column]:
     return [
@@ -125,21 +136,23 @@ def node_minute_aggregates() -> list[Column]:
         F.max_by("in_flight", "ts_us").alias("in_flight_last"),
         F.max_by("client_count", "ts_us").alias("clients_last"),
         F.max_by("paused", "ts_us").alias("paused_last"),
-        *p95_aggregates(),
+        F.count(F.when(F.col("depth") == F.col("group_max"), True)).alias("depth_max_count"),
+        F.max(F.when(F.col("depth") < F.col("group_max"), F.col("depth"))).alias("depth_below_max"),
     ]
 
 
 def node_minute_columns() -> list[Column]:
-    """The rollup row of a node's minute, from :func:`node_minute_aggregates` of the minute
-    starting at ``minute_us``, with the series' ``node``, ``topic`` and ``channel``."""
+    """The values of a node's minute, from :func:`node_minute_aggregates` of the minute
+    starting at ``minute_us``."""
     covered_seconds = F.col("covered_us") / MICROS
-    return rollup_columns(
-        ts=F.timestamp_micros("minute_us"), node=F.col("node"), topic=F.col("topic"), channel=F.col("channel"),
-        samples=F.col("samples"), covered_seconds=covered_seconds,
+    return value_columns(
+        ts=F.timestamp_micros("minute_us"), samples=F.col("samples"), covered_seconds=covered_seconds,
         messages=F.col("messages"), rate=ratio(F.col("messages"), covered_seconds),
         requeues=F.col("requeues"), timeouts=F.col("timeouts"), finished=F.col("finished"),
         depth_max=F.col("depth_max"), depth_avg=F.col("depth_sum") / F.col("samples"),
-        depth_p95=ranked_p95(F.col("samples")), depth_last=F.col("depth_last"),
+        depth_p95=top_two_p95(F.col("samples"), F.col("depth_max"), F.col("depth_max_count"),
+                              F.col("depth_below_max")),
+        depth_last=F.col("depth_last"),
         in_flight_max=F.col("in_flight_max"), in_flight_last=F.col("in_flight_last"),
         clients_max=F.col("clients_max"), clients_last=F.col("clients_last"),
         e2e_p99_max=F.col("e2e_p99_max"), paused_last=F.col("paused_last"),
@@ -149,8 +162,8 @@ def node_minute_columns() -> list[Column]:
 # -- a minute per node and across nodes, from the nodes' minute rows --------------------------
 
 def minute_aggregates() -> list[Column]:
-    """Over the rows of one (topic, channel, minute) with a ``window_node``: a node's own row,
-    whose sums and maxima are its values, or every node's rows for ALL_NODES."""
+    """Over the rows of one minute and ``window_key``: a node's own row, whose sums and maxima
+    are its values, or for the ALL_NODES key every node's row of the topic and channel."""
     return [
         F.max("samples").alias("samples"),
         F.max("covered_seconds").alias("covered_seconds"),
@@ -174,12 +187,11 @@ def minute_aggregates() -> list[Column]:
 
 
 def minute_columns() -> list[Column]:
-    """The rollup row of :func:`minute_aggregates` grouped by ``window_node``, topic, channel
-    and ``ts``: a node's row unchanged, or the ALL_NODES row."""
-    across_nodes = F.col("window_node") == layout.ALL_NODES
-    return rollup_columns(
-        ts=F.col("ts"), node=F.col("window_node"), topic=F.col("topic"), channel=F.col("channel"),
-        samples=F.col("samples"), covered_seconds=F.col("covered_seconds"),
+    """The values of :func:`minute_aggregates` grouped by ``ts``, ``window_key`` and the
+    ``all_key`` of the rows' topic and channel: a node's row unchanged, or the ALL_NODES row."""
+    across_nodes = F.col("window_key") == F.col("all_key")
+    return value_columns(
+        ts=F.col("ts"), samples=F.col("samples"), covered_seconds=F.col("covered_seconds"),
         messages=F.col("messages"), rate=ratio(F.col("messages"), F.col("covered_seconds")),
         requeues=F.col("requeues"), timeouts=F.col("timeouts"), finished=F.col("finished"),
         depth_max=F.col("depth_max"),
@@ -194,8 +206,7 @@ def minute_columns() -> list[Column]:
 # -- an hour from its minutes, a day from its hours --------------------------------------------
 
 def coarser_aggregates() -> list[Column]:
-    """Over at most 60 minutes or 24 hours: the finer windows' ``depth_avg`` fit in a sorted
-    array, and partial aggregation before the shuffle leaves one row per window and task."""
+    """Over the finer windows of one window, with :func:`with_group_p95` of their ``depth_avg``."""
     return [
         F.sum("samples").alias("samples"),
         F.sum(nearest_long(F.col("covered_seconds") * MICROS)).alias("covered_us"),
@@ -205,7 +216,6 @@ def coarser_aggregates() -> list[Column]:
         F.sum("finished").alias("finished"),
         F.max("depth_max").alias("depth_max"),
         fixed_point_sum(F.col("depth_avg") * F.col("samples")).alias("depth_weighted_fixed"),
-        F.array_sort(F.collect_list("depth_avg")).alias("depth_avgs"),
         F.max("in_flight_max").alias("in_flight_max"),
         F.max("clients_max").alias("clients_max"),
         F.max("e2e_p99_max").alias("e2e_p99_max"),
@@ -213,20 +223,20 @@ def coarser_aggregates() -> list[Column]:
         F.max_by("in_flight_last", "ts").alias("in_flight_last"),
         F.max_by("clients_last", "ts").alias("clients_last"),
         F.max_by("paused_last", "ts").alias("paused_last"),
+        F.max("group_p95").alias("depth_p95"),
     ]
 
 
 def coarser_columns() -> list[Column]:
-    """The rollup row of an hour or a day, from :func:`coarser_aggregates` grouped by node,
-    topic, channel and the window's start as ``ts``."""
+    """The values of an hour or a day, from :func:`coarser_aggregates` grouped by the
+    window's names or key and its start as ``ts``."""
     covered_seconds = F.col("covered_us") / MICROS
-    return rollup_columns(
-        ts=F.col("ts"), node=F.col("node"), topic=F.col("topic"), channel=F.col("channel"),
-        samples=F.col("samples"), covered_seconds=covered_seconds,
+    return value_columns(
+        ts=F.col("ts"), samples=F.col("samples"), covered_seconds=covered_seconds,
         messages=F.col("messages"), rate=ratio(F.col("messages"), covered_seconds),
         requeues=F.col("requeues"), timeouts=F.col("timeouts"), finished=F.col("finished"),
         depth_max=F.col("depth_max"), depth_avg=F.col("depth_weighted_fixed") / FIXED_POINT / F.col("samples"),
-        depth_p95=sorted_p95(F.col("depth_avgs")), depth_last=F.col("depth_last"),
+        depth_p95=F.col("depth_p95"), depth_last=F.col("depth_last"),
         in_flight_max=F.col("in_flight_max"), in_flight_last=F.col("in_flight_last"),
         clients_max=F.col("clients_max"), clients_last=F.col("clients_last"),
         e2e_p99_max=F.col("e2e_p99_max"), paused_last=F.col("paused_last"),

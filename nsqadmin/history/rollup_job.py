@@ -6,19 +6,20 @@ Theory of operation. One run, under rollups/.lock:
    yet rolled up (rollup_state.py). Without any, skip to 5: the JVM is not even started.
 2. Work out the minutes to rewrite and the raw files to read (touched.py), and read those
    files' rows of the needed spans, leaving out the rows that only mark a node as missing.
-3. A node's minutes. Per series (node, topic, channel: a 64-bit id, series_ids.py), each
-   snapshot's counter deltas from the series' previous snapshot, by a window ordered by time
-   (a counter below its previous value means nsqd restarted, and its value is the delta; a gap
-   over MAX_DELTA_GAP starts a new baseline). Then one row per series and minute, by a hash
-   aggregation that keeps the window's partitioning: one shuffle of the raw rows in all. The
-   series' names join back from a broadcast table.
+3. A node's minutes. Per series (node, topic, channel: a 64-bit key, series_ids.py), each
+   snapshot's counter deltas from the series' previous snapshot, by a window ordered by minute
+   and time (a counter below its previous value means nsqd restarted, and its value is the
+   delta; a gap over MAX_DELTA_GAP starts a new baseline). Then one row per series and minute,
+   by a hash aggregation that keeps the window's partitioning: one shuffle of the raw rows in
+   all. Names stay keys until the rows are written.
 4. Each level is written whole for every partition it touches. A 1m partition (an hour) gets
    the node rows it keeps outside the rewritten minutes and the new ones, shuffled so an hour
    is one task and one file, with the ALL_NODES rows computed from those node rows in the same
-   aggregation. A 1h partition (a day) gets the hours of the new 1m files with the hours it
-   keeps, a 1d partition (a month) the days of the new 1h files. Files are staged in a hidden
-   directory and then each replaces its partition atomically. A run that dies before saving
-   the state leaves its raw files new, and the next run rewrites the same partitions again.
+   aggregation, and the hour's 1h windows from those minutes in the same task. A 1h partition
+   (a day) gets those hours with the hours it keeps, a 1d partition (a month) the days of the
+   new 1h files. Files are staged in a hidden directory and then each replaces its partition
+   atomically. A run that dies before saving the state leaves its raw files new, and the next
+   run rewrites the same partitions again.
 5. health.json from the newest minutes, then the state, retention, and compaction.
 """
 
@@ -41,9 +42,9 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window, functions as F
 from . import compaction, layout
 from .health_report import write_health
 from .partitions import period_start
-from .rollup_columns import (coarser_aggregates, coarser_columns, minute_aggregates, minute_columns,
-                             node_minute_aggregates, node_minute_columns, spark_schema, with_p95_ranks)
-from .series_ids import named_series, series_id, series_names
+from .rollup_columns import (NAMES, VALUES, coarser_aggregates, coarser_columns, minute_aggregates, minute_columns,
+                             node_minute_aggregates, node_minute_columns, spark_schema, with_group_max, with_group_p95)
+from .series_ids import named_keys, series_names, window_key
 from .rollup_state import (RollupState, delete_expired_raw, delete_expired_rollups, load_state, raw_files,
                            raw_hour, rollup_lock, save_state)
 from .spark_session import shuffle_partitions_for
@@ -60,14 +61,15 @@ GAUGES_AND_COUNTERS = ("depth", "in_flight", "deferred", "message_count", "reque
                        "client_count")
 COUNTERS = ("message_count", "requeue_count", "timeout_count")
 MINUTE_US = 60_000_000
+HOUR_US = 3_600_000_000
 MAX_DELTA_GAP_US = MAX_DELTA_GAP // timedelta(microseconds=1)
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # How each level is partitioned on disk: the partition columns and their values from ``ts``.
 PARTITION_KEYS = {"1m": {"date": "yyyy-MM-dd", "hour": "HH"}, "1h": {"date": "yyyy-MM-dd"},
                   "1d": {"month": "yyyy-MM"}}
 STAGING_PREFIX = ".staging-"
-_FINER = {"1h": "1m", "1d": "1h"}
-_UNIT = {"1h": "hour", "1d": "day"}
+# Where the job stages what one task per hour writes: each hour's 1m partition and 1h windows.
+HOURLY = "hourly"
 
 
 @dataclass
@@ -156,12 +158,12 @@ def _roll_up(spark: SparkSession, stats_dir: Path, staging: Path, paths: list[Pa
     hours = hours_overlapping(rewrite)
     days = sorted({hour.replace(hour=0) for hour in hours})
     months = sorted({day.replace(day=1) for day in days})
-    snapshots = _snapshots(spark, paths, read_spans(rewrite))
-    series, salt = named_series(spark, series_names(paths))
-    node_minutes = _node_minutes(snapshots, series, salt, rewrite)
-    steps = (("1m", hours, lambda: _write_minutes(spark, stats_dir, staging, node_minutes, hours, rewrite)),
-             ("1h", days, lambda: _write_coarser(spark, stats_dir, staging, "1h", hours, days)),
-             ("1d", months, lambda: _write_coarser(spark, stats_dir, staging, "1d", days, months)))
+    kept_minutes = _existing(stats_dir, "1m", hours)
+    keys, salt = named_keys(spark, series_names(paths + kept_minutes))
+    node_minutes = _node_minutes(_snapshots(spark, paths, read_spans(rewrite)), keys, salt, rewrite)
+    steps = (("1m", hours, lambda: _write_hourly(spark, staging, node_minutes, kept_minutes, keys, salt, rewrite)),
+             ("1h", days, lambda: _write_hours(spark, stats_dir, staging, hours, days)),
+             ("1d", months, lambda: _write_days(spark, stats_dir, staging, days, months)))
     for level, partitions, write in steps:
         started = time.monotonic()
         write()
@@ -200,12 +202,12 @@ def _snapshots(spark: SparkSession, paths: list[Path], spans: list[Span]) -> Dat
 
 
 def _numbers(snapshots: DataFrame, salt: int) -> DataFrame:
-    """What the deltas and the minute aggregates need of a snapshot, with its series' id for
-    its names (series_ids.py). A null gauge or counter counts as 0."""
+    """What the deltas and the minute aggregates need of a snapshot, with its series' key as
+    ``sid`` (series_ids.py). A null gauge or counter counts as 0."""
     ts_us = F.unix_micros("ts")
     value = {name: F.coalesce(F.col(name), F.lit(0)) for name in GAUGES_AND_COUNTERS}
     return snapshots.select(
-        series_id(salt).alias("sid"), ts_us.alias("ts_us"), (ts_us - ts_us % MINUTE_US).alias("minute_us"),
+        window_key(salt).alias("sid"), ts_us.alias("ts_us"), (ts_us - ts_us % MINUTE_US).alias("minute_us"),
         *(value[name].alias(name) for name in ("depth", "in_flight", "message_count", "requeue_count",
                                                "timeout_count", "client_count")),
         (value["depth"] + value["in_flight"] + value["deferred"]).alias("backlog"),
@@ -216,8 +218,9 @@ def _numbers(snapshots: DataFrame, salt: int) -> DataFrame:
 
 def _with_deltas(numbers: DataFrame) -> DataFrame:
     """Each snapshot with its counter deltas from the series' previous snapshot (``dt_us`` the
-    time between them), or zeros as a new baseline."""
-    series = Window.partitionBy("sid").orderBy("ts_us")
+    time between them), or zeros as a new baseline. Ordered by minute first, which the time
+    orders the same way, so that the minutes' window after it finds its rows already sorted."""
+    series = Window.partitionBy("sid").orderBy("minute_us", "ts_us")
     for column in ("ts_us", *COUNTERS, "backlog"):
         numbers = numbers.withColumn(f"prev_{column}", F.lag(column).over(series))
     continues = F.col("prev_ts_us").isNotNull() & (F.col("ts_us") - F.col("prev_ts_us") <= MAX_DELTA_GAP_US)
@@ -236,17 +239,32 @@ def _with_deltas(numbers: DataFrame) -> DataFrame:
             .withColumn("d_finished", finished))
 
 
-def _node_minutes(snapshots: DataFrame, series: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
-    """Each series' rows of the rewritten minutes; ``series`` names each ``sid``."""
+def _node_minutes(snapshots: DataFrame, keys: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
+    """Each series' minutes in the rewritten spans: its ``key``, the ``all_key`` of its
+    topic's and channel's ALL_NODES rows, and the values."""
     deltas = _with_deltas(_numbers(snapshots, salt)).where(_within_us("minute_us", rewrite))
-    minutes = (with_p95_ranks(deltas, ["sid", "minute_us"], "depth")
-               .groupBy("sid", "minute_us").agg(*node_minute_aggregates()))
-    return minutes.join(F.broadcast(series), "sid").select(*node_minute_columns())
+    group = ["sid", "minute_us"]
+    minutes = with_group_max(deltas, group, "depth").groupBy(*group).agg(*node_minute_aggregates())
+    all_keys = F.broadcast(keys.select(F.col("key").alias("sid"), "all_key"))
+    return minutes.join(all_keys, "sid").select(F.col("sid").alias("key"), "all_key", *node_minute_columns())
 
 
-def _existing(stats_dir: Path, level: str, periods: list[datetime]) -> list[str]:
+def _existing(stats_dir: Path, level: str, periods: list[datetime]) -> list[Path]:
     paths = (layout.rollup_partition(stats_dir, level, start) for start in periods)
-    return [str(path) for path in paths if path.exists()]
+    return [path for path in paths if path.exists()]
+
+
+def _read_rollups(spark: SparkSession, paths: list[Path]) -> DataFrame:
+    if not paths:
+        return spark.createDataFrame([], ROLLUP_SCHEMA)
+    return spark.read.schema(ROLLUP_SCHEMA).parquet(*map(str, paths))
+
+
+def _named(keyed: DataFrame, keys: DataFrame) -> DataFrame:
+    """Rollup rows from rows with a window ``key`` (and any other columns, kept after them)."""
+    others = [name for name in keyed.columns if name not in ("key", *VALUES)]
+    return (keyed.join(F.broadcast(keys.select("key", *NAMES)), "key")
+            .select(*ROLLUP_NAMES, *others))
 
 
 def _with_partition_keys(frame: DataFrame, level: str) -> DataFrame:
@@ -255,49 +273,73 @@ def _with_partition_keys(frame: DataFrame, level: str) -> DataFrame:
     return frame
 
 
-def _write_minutes(spark: SparkSession, stats_dir: Path, staging: Path, node_minutes: DataFrame,
-                   hours: list[datetime], rewrite: list[Span]) -> None:
-    """The touched hours' 1m partitions: kept and new node rows, and their ALL_NODES rows.
+def _write_hourly(spark: SparkSession, staging: Path, node_minutes: DataFrame, kept_minutes: list[Path],
+                  keys: DataFrame, salt: int, rewrite: list[Span]) -> None:
+    """The touched hours' 1m partitions and the 1h windows of those hours, one task per hour.
 
-    One shuffle puts each hour in one task, so each hour is written as one file. There each
-    node row also counts towards its minute's ALL_NODES row (``window_node``), and a single
-    aggregation yields both kinds of rows without another shuffle."""
-    existing = _existing(stats_dir, "1m", hours)
-    if existing:
-        kept = (spark.read.schema(ROLLUP_SCHEMA).parquet(*existing)
-                .where((F.col("node") != layout.ALL_NODES) & ~_within("ts", rewrite)))
+    One shuffle puts each hour in one task: its new node minutes and those it keeps outside the
+    rewritten minutes. There each node row also counts towards its minute's ALL_NODES row
+    (``window_key`` is the row's own key or its ``all_key``), so a single aggregation yields
+    both kinds of rows without another shuffle, and the hour's 1h windows are aggregated from
+    those minutes in the same task. Both go out in one write: each hour's minutes as one file
+    of level=1m, its 1h windows as one file of level=1h that :func:`_write_hours` merges."""
+    if kept_minutes:
+        kept = (_read_rollups(spark, kept_minutes)
+                .where((F.col("node") != layout.ALL_NODES) & ~_within("ts", rewrite))
+                .select(window_key(salt).alias("key"), window_key(salt, F.lit(layout.ALL_NODES)).alias("all_key"),
+                        *VALUES))
         node_minutes = node_minutes.unionByName(kept)
-    keys = list(PARTITION_KEYS["1m"])
-    by_hour = _with_partition_keys(node_minutes, "1m").repartition(*keys)
-    both = by_hour.withColumn("window_node", F.explode(F.array(F.col("node"), F.lit(layout.ALL_NODES))))
-    rows = (both.groupBy(*keys, "topic", "channel", "ts", "window_node").agg(*minute_aggregates())
-            .select(*minute_columns(), *keys))
-    rows.write.partitionBy(*keys).parquet(str(staging / "1m"))
+    ts_us = F.unix_micros("ts")
+    by_hour = node_minutes.withColumn("hour_start", F.timestamp_micros(ts_us - ts_us % HOUR_US)).repartition("hour_start")
+    minutes = (by_hour.withColumn("window_key", F.explode(F.array("key", "all_key")))
+               .groupBy("hour_start", "ts", "window_key", "all_key").agg(*minute_aggregates())
+               .select("hour_start", F.col("window_key").alias("key"), *minute_columns())
+               .persist())
+    in_hour = Window.partitionBy("hour_start", "key").orderBy("ts")
+    hours = (with_group_p95(minutes, in_hour, "depth_avg").groupBy("hour_start", "key").agg(*coarser_aggregates())
+             .withColumn("ts", F.col("hour_start")).select("hour_start", "key", *coarser_columns()))
+    levels = minutes.withColumn("level", F.lit("1m")).unionByName(hours.withColumn("level", F.lit("1h")))
+    rows = _with_partition_keys(_named(levels, keys), "1m").drop("hour_start")
+    try:
+        rows.write.partitionBy("level", *PARTITION_KEYS["1m"]).parquet(str(staging / HOURLY))
+    finally:
+        minutes.unpersist()
 
 
-def _write_coarser(spark: SparkSession, stats_dir: Path, staging: Path, level: str, rewritten: list[datetime],
-                   partitions: list[datetime]) -> None:
-    """The ``level`` windows starting at ``rewritten``, from the finer level just staged, merged
-    into their ``partitions``."""
-    finer_files = [str(path) for path in _staged(staging, _FINER[level])]
-    if finer_files:
-        finer = spark.read.schema(ROLLUP_SCHEMA).parquet(*finer_files)
-        windows = (finer.groupBy("node", "topic", "channel", F.date_trunc(_UNIT[level], "ts").alias("ts"))
-                   .agg(*coarser_aggregates()).select(*coarser_columns()))
-    else:
-        windows = spark.createDataFrame([], ROLLUP_SCHEMA)
-    existing = _existing(stats_dir, level, partitions)
-    if existing:
-        kept = spark.read.schema(ROLLUP_SCHEMA).parquet(*existing).where(~F.col("ts").isin(rewritten))
-        windows = windows.unionByName(kept)
+def _write_hours(spark: SparkSession, stats_dir: Path, staging: Path, hours: list[datetime],
+                 days: list[datetime]) -> None:
+    """The touched days' 1h partitions: the rewritten hours' windows with those kept."""
+    pieces = layout.visible_files(staging / HOURLY / "level=1h")
+    kept = _read_rollups(spark, _existing(stats_dir, "1h", days)).where(~F.col("ts").isin(hours))
+    _write_level(staging, "1h", _read_rollups(spark, pieces).unionByName(kept))
+
+
+def _write_days(spark: SparkSession, stats_dir: Path, staging: Path, days: list[datetime],
+                months: list[datetime]) -> None:
+    """The touched months' 1d partitions: the rewritten days' windows, from the 1h windows just
+    staged, with those kept."""
+    hours = _read_rollups(spark, _staged(staging, "1h")).withColumn("day", F.date_trunc("day", "ts"))
+    in_day = Window.partitionBy(*NAMES, "day").orderBy("ts")
+    windows = (with_group_p95(hours, in_day, "depth_avg").groupBy(*NAMES, "day").agg(*coarser_aggregates())
+               .withColumn("ts", F.col("day")).select(*NAMES, *coarser_columns()).select(*ROLLUP_NAMES))
+    kept = _read_rollups(spark, _existing(stats_dir, "1d", months)).where(~F.col("ts").isin(days))
+    _write_level(staging, "1d", windows.unionByName(kept))
+
+
+def _write_level(staging: Path, level: str, windows: DataFrame) -> None:
+    """``windows`` as one file per partition of ``level``, sorted the way pages read them."""
     keys = list(PARTITION_KEYS[level])
     (_with_partition_keys(windows, level).repartition(*keys)
      .sortWithinPartitions(*keys, "topic", "channel", "ts", "node")
      .write.partitionBy(*keys).parquet(str(staging / level)))
 
 
+def _level_dir(staging: Path, level: str) -> Path:
+    return staging / HOURLY / "level=1m" if level == "1m" else staging / level
+
+
 def _staged(staging: Path, level: str) -> list[Path]:
-    return layout.visible_files(staging / level)
+    return layout.visible_files(_level_dir(staging, level))
 
 
 def _count_minutes(files: list[Path], rewrite: list[Span]) -> tuple[int, int]:
@@ -322,7 +364,7 @@ def _publish(stats_dir: Path, staging: Path, level: str, partitions: list[dateti
     """Each staged file replaces its partition; a touched partition left with no rows goes."""
     staged: dict[datetime, Path] = {}
     for path in _staged(staging, level):
-        start = period_start(level, path.relative_to(staging / level))
+        start = period_start(level, path.relative_to(_level_dir(staging, level)))
         if start in staged:
             raise RuntimeError(f"Spark wrote more than one file for {path.parent}")
         staged[start] = path

@@ -1,15 +1,18 @@
-"""One 64-bit id per series (node, topic, channel) for the rollup job's shuffles and sorts.
+"""One 64-bit key per rollup window's names (node, topic, channel) for the rollup job's shuffles,
+sorts and aggregations.
 
 Theory of operation. Spark shuffles and sorts every raw row by series to find each snapshot's
-predecessor. Carrying three strings per row would double the bytes moved and make the sort
-compare strings; a 64-bit hash does neither, but two series sharing one would be mixed up. So
-the job reads the distinct series of the raw files it is about to roll up with pyarrow (three
-dictionary-encoded columns: under a second for a day of a 2,200-series cluster), and picks the
-first salt under which Spark's ``xxhash64(salt, node, topic, channel)`` tells them all apart
-(for thousands of series, salt 0 but for a chance in 10^12). The hash is computed here too, the
-way Spark computes it (standard XXH64, each column's value hashed with the previous hash as
-seed), so choosing the salt starts no Spark job. The same small table later gives the
-aggregated windows their names back.
+predecessor, and then groups each minute's rows by series and, for the sum across nodes, by
+(topic, channel). Carrying three strings per row would double the bytes moved and make every
+sort and hash compare strings; a 64-bit hash does neither, but two names sharing one would be
+mixed up. So the job reads the distinct series of the files it is about to roll up with pyarrow
+(three dictionary-encoded columns: under a second for a day of a 2,200-series cluster), and
+picks the first salt under which Spark's ``xxhash64(salt, node, topic, channel)`` tells apart
+every series and every (ALL_NODES, topic, channel) of them (for thousands of names, salt 0 but
+for a chance in 10^12). The hash is computed here too, the way Spark computes it (standard
+XXH64, each column's value hashed with the previous hash as seed), so choosing the salt starts
+no Spark job. The same small table, sent to Spark as Arrow (no Python worker), gives each
+series the key of its ALL_NODES row and the aggregated windows their names back.
 """
 
 import struct
@@ -20,6 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession, functions as F
+
+from .layout import ALL_NODES
 
 NAMES = ["node", "topic", "channel"]
 NAMES_SCHEMA = pa.schema([(name, pa.string()) for name in NAMES])
@@ -80,10 +85,10 @@ def spark_series_hash(salt: int, node: str, topic: str, channel: str) -> int:
 
 
 def series_names(paths: list[Path]) -> pa.Table:
-    """The distinct (node, topic, channel) of the raw files' snapshots."""
+    """The distinct (node, topic, channel) of the files' rows: raw snapshots or rollup windows."""
     tables = []
     for path in paths:
-        table = pq.read_table(path, columns=NAMES, read_dictionary=NAMES)
+        table = pq.read_table(path, columns=NAMES, read_dictionary=NAMES).unify_dictionaries()
         table = table.filter(pc.is_valid(table["topic"])).group_by(NAMES).aggregate([])
         tables.append(table.cast(NAMES_SCHEMA))
     if not tables:
@@ -91,15 +96,27 @@ def series_names(paths: list[Path]) -> pa.Table:
     return pa.concat_tables(tables).group_by(NAMES).aggregate([])
 
 
-def series_id(salt: int) -> Column:
-    return F.xxhash64(F.lit(salt), *NAMES)
+def window_key(salt: int, node: Column | str = "node") -> Column:
+    """The key of a row's window: of its series, or with ``node`` ALL_NODES of the sum across nodes."""
+    return F.xxhash64(F.lit(salt), node, "topic", "channel")
 
 
-def named_series(spark: SparkSession, names: pa.Table) -> tuple[DataFrame, int]:
-    """(``sid`` and the names of every series, the salt of :func:`series_id` that tells them apart)."""
-    rows = list(zip(*(names[name].to_pylist() for name in NAMES)))
+def named_keys(spark: SparkSession, names: pa.Table) -> tuple[DataFrame, int]:
+    """(``key``, ``all_key``, node, topic, channel for every series and every (ALL_NODES, topic,
+    channel) of them, with ``all_key`` the key of the ALL_NODES row of the same topic and channel;
+    the salt of :func:`window_key` that tells them apart)."""
+    series = [row for row in zip(*(names[name].to_pylist() for name in NAMES)) if row[0] != ALL_NODES]
+    sums = sorted({(ALL_NODES, topic, channel) for _, topic, channel in series})
+    rows = series + sums
     for salt in count():
-        ids = [spark_series_hash(salt, *row) for row in rows]
-        if len(set(ids)) == len(ids):
-            named = [(sid, *row) for sid, row in zip(ids, rows)]
-            return spark.createDataFrame(named, "sid long, node string, topic string, channel string"), salt
+        keys = dict(zip(rows, (spark_series_hash(salt, *row) for row in rows)))
+        if len(set(keys.values())) == len(rows):
+            return spark.createDataFrame(_keys_table(rows, keys)), salt
+
+
+def _keys_table(rows: list[tuple[str, str, str]], keys: dict[tuple[str, str, str], int]) -> pa.Table:
+    return pa.table({
+        "key": pa.array([keys[row] for row in rows], pa.int64()),
+        "all_key": pa.array([keys[(ALL_NODES, topic, channel)] for _, topic, channel in rows], pa.int64()),
+        **{name: pa.array([row[index] for row in rows], pa.string()) for index, name in enumerate(NAMES)},
+    })

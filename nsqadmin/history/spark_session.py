@@ -5,16 +5,22 @@ Theory of operation. The JVM is started only when a run has raw files to roll up
 minute of new snapshots) and pay mostly for start-up: the C1 compiler alone and the serial
 collector halve their CPU. A large run spends its time in Spark's generated loops over
 millions of rows, which run about twice as fast once C2 compiles them, so it gets the full
-JIT and the parallel collector. Spark's own logging is cut to errors by a log4j2 file written
+JIT and the parallel collector. Either way the JVM maps the classes it loaded in earlier runs
+from a class-data-sharing archive (class_archive.py), which the first run writes as its JVM
+exits: stopping a session that writes one waits for its JVM to exit. Spark's own logging is cut to errors by a log4j2 file written
 for the session's lifetime, so the job's progress lines stay readable. The number of shuffle
 partitions is set per run, from the size of the raw files read.
 """
 
 import os
+import subprocess
 import tempfile
 from pathlib import Path
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
+
+from .class_archive import ClassArchive
 
 APP_NAME = "nsqadmin-rollup"
 DRIVER_MEMORY = "3g"
@@ -22,6 +28,7 @@ EXECUTOR_MEMORY = "1500m"
 SMALL_RUN_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 LARGE_RUN_JVM_OPTIONS = "-XX:+UseParallelGC"
 LARGE_RUN_BYTES = 32 << 20
+JVM_EXIT_SECONDS = 120
 # One shuffle partition per this many bytes of raw Parquet: at fewer partitions the window's
 # sort of a full day spills to disk.
 RAW_BYTES_PER_SHUFFLE_PARTITION = 16 << 20
@@ -61,6 +68,13 @@ SETTINGS = {
     # The hours' and days' aggregation collects the finer windows' averages (60 or 24 per
     # window); keep hashing past 128 windows a task rather than sorting every row.
     "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "1000000",
+    # A task writes its hour's minutes and 1h windows as two files open at once, rather than
+    # sorting every row by its partition first.
+    "spark.sql.optimizer.plannedWrite.enabled": "false",
+    "spark.sql.maxConcurrentOutputFileWriters": "64",
+    # The minutes are cached for one write that reads them twice: compressing them costs more
+    # than it saves.
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
     # Checksums of shuffle data cost 3% of a full run and guard against retries a local run
     # does not make.
     "spark.shuffle.checksum.enabled": "false",
@@ -79,16 +93,17 @@ def jvm_options(raw_bytes: int) -> str:
     return LARGE_RUN_JVM_OPTIONS if raw_bytes >= LARGE_RUN_BYTES else SMALL_RUN_JVM_OPTIONS
 
 
-def build_session(master: str, log4j2_file: Path, raw_bytes: int = 0) -> SparkSession:
+def build_session(master: str, log4j2_file: Path, raw_bytes: int = 0, archive: ClassArchive | None = None) -> SparkSession:
     """A session on ``master`` (``local[N]``, ``local[*]`` or ``spark://host:port`` on this
     machine: executors read and write the same local paths as the driver), for a run that
-    reads ``raw_bytes`` of raw Parquet."""
+    reads ``raw_bytes`` of raw Parquet, its driver using or writing ``archive``."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     java_options = f"{jvm_options(raw_bytes)} -Dlog4j2.configurationFile={log4j2_file.as_uri()}"
+    driver_options = f"{java_options} {archive.option()}" if archive else java_options
     builder = SparkSession.builder.master(master).appName(APP_NAME)
     for key, value in SETTINGS.items():
         builder = builder.config(key, value)
-    builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    builder = builder.config("spark.driver.extraJavaOptions", driver_options)
     if master.startswith("spark://"):
         builder = (builder.config("spark.executor.extraJavaOptions", java_options)
                    .config("spark.cores.max", str(os.cpu_count() or 2)))
@@ -108,17 +123,39 @@ class SessionOnDemand:
         self.master = master
         self._spark: SparkSession | None = None
         self._log4j2_file: Path | None = None
+        self._archive: ClassArchive | None = None
 
     def __call__(self, raw_bytes: int) -> SparkSession:
         if self._spark is None:
             self._log4j2_file = _log4j2_file()
-            self._spark = build_session(self.master, self._log4j2_file, raw_bytes)
+            self._archive = ClassArchive.for_options(jvm_options(raw_bytes))
+            self._spark = build_session(self.master, self._log4j2_file, raw_bytes, self._archive)
         return self._spark
 
     def stop(self) -> None:
         if self._spark is not None:
             self._spark.stop()
             self._spark = None
+            if self._archive is not None and self._archive.writing is not None:
+                self._archive.finish(_jvm_exited())
         if self._log4j2_file is not None:
             self._log4j2_file.unlink(missing_ok=True)
             self._log4j2_file = None
+
+
+def _jvm_exited() -> bool:
+    """End the stopped session's JVM (it exits when its stdin closes) and wait for it; whether
+    it exited cleanly. pyspark then starts a new JVM for a later session."""
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)
+    if gateway is None or process is None:
+        return False
+    gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    process.stdin.close()
+    try:
+        return process.wait(timeout=JVM_EXIT_SECONDS) == 0
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return False
