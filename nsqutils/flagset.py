@@ -36,7 +36,7 @@ class _Exit(Exception):
         self.code = code
 
 
-def _parse_float(text: str) -> float:
+def parse_float(text: str) -> float:
     """strconv.ParseFloat(text, 64)."""
     if not _GO_FLOAT.fullmatch(text):
         raise ValueError("parse error")
@@ -168,7 +168,7 @@ class FlagSet:
             elif flag.kind == "duration":
                 values[flag.attr] = self._duration(value)
             elif flag.kind == "float":
-                values[flag.attr] = _parse_float(value)
+                values[flag.attr] = parse_float(value)
             elif flag.kind == "list":
                 values[flag.attr].append(value)
             elif flag.kind == "config":

@@ -22,19 +22,23 @@ def _fatal_in(exc: BaseException) -> golog.Fatal | None:
     return None
 
 
-def run(body: Callable[..., Awaitable[None]], *args) -> int:
-    """Run ``body(*args)``: exit status 0 when it returns, 1 on Fatal, 130 on an early Ctrl-C."""
+def run(body: Callable[..., Awaitable[int | None]], *args) -> int:
+    """Run ``body(*args)``: the exit status it returns (0 for None), 1 on Fatal, 130 on an early Ctrl-C."""
     try:
-        anyio.run(body, *args, backend="asyncio")
+        return anyio.run(body, *args, backend="asyncio") or 0
     except KeyboardInterrupt:
         return 130
     except BaseException as exc:
         fatal = _fatal_in(exc)
         if fatal is None:
             raise
-        golog.printf(str(fatal))
-        return 1
-    return 0
+        return fatal_exit(str(fatal))
+
+
+def fatal_exit(message: str) -> int:
+    """log.Fatal's output; the exit status to return."""
+    golog.printf(message)
+    return 1
 
 
 async def watch_signals(on_signal: Callable[[int], None], signums=STOP_SIGNALS, *,
