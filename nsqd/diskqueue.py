@@ -32,14 +32,16 @@ READ_CHUNK = 256 * 1024
 
 
 class SyncJob:
-    """One sync: fsync data files (fds it owns and closes), then write the metadata,
-    unless the queue's files were removed since the snapshot (Empty, delete): metadata
-    written back then would point a re-created queue at files that are gone."""
+    """One sync: fsync data files (fds it owns and closes) and, after a data file was
+    created, the directory that names it; then write the metadata, unless the queue's
+    files were removed since the snapshot (Empty, delete): metadata written back then
+    would point a re-created queue at files that are gone."""
 
-    def __init__(self, queue: "DiskQueue", fds: list[int], meta_text: str):
+    def __init__(self, queue: "DiskQueue", fds: list[int], meta_text: str, new_file: bool):
         self.queue = queue
         self.fds = fds
         self.meta_text = meta_text
+        self.new_file = new_file
         self.generation = queue.generation
 
     def run(self) -> None:
@@ -49,9 +51,20 @@ class SyncJob:
         finally:
             for fd in self.fds:
                 os.close(fd)
+        if self.new_file:
+            fsync_directory(self.queue.data_path)
         with self.queue.meta_lock:
             if self.queue.generation == self.generation:
                 write_atomically(self.queue.meta_file_name(), self.meta_text.encode())
+
+
+def fsync_directory(path: str) -> None:
+    """Make the directory's entries durable (a new file is not, by its own fsync alone)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_atomically(path: str, data: bytes, fsync: bool = True) -> None:
@@ -82,6 +95,7 @@ class DiskQueue:
         self.writes_since_sync = 0
         self._write_fd: int | None = None
         self._unsynced_fds: list[int] = []  # finished data files not fsynced yet
+        self._new_file = False  # a data file was created since the last sync
         self._read_fd: int | None = None
         self._read_buf = b""
         self._read_buf_pos = 0
@@ -145,7 +159,8 @@ class DiskQueue:
         fds, self._unsynced_fds = self._unsynced_fds, []
         if self._write_fd is not None:
             fds.append(os.dup(self._write_fd))
-        return SyncJob(self, fds, self.metadata_text())
+        new_file, self._new_file = self._new_file, False
+        return SyncJob(self, fds, self.metadata_text(), new_file)
 
     def sync(self) -> None:
         self.prepare_sync().run()
@@ -204,6 +219,8 @@ class DiskQueue:
             fd = os.open(self.file_name(self.write_file_num), os.O_WRONLY | os.O_CREAT, 0o600)
             os.lseek(fd, self.write_pos, os.SEEK_SET)
             self._write_fd = fd
+            if self.write_pos == 0:
+                self._new_file = True
         return self._write_fd
 
     def _roll_write_file(self) -> None:

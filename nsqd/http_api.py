@@ -5,6 +5,7 @@ version=1.0``; success is the text as is, or JSON for structured data; an error 
 ``{"message":"<TEXT>"}`` with its status. Parameters come from the query string only.
 """
 
+import inspect
 import json
 import logging
 import re
@@ -61,7 +62,8 @@ class HTTPAPI:
         try:
             if handler is None:
                 return self._unrouted(request)
-            return handler(request)
+            response = handler(request)
+            return await response if inspect.isawaitable(response) else response
         except HTTPError as err:
             return v1_error(err.status, err.text)
         except Exception:
@@ -110,19 +112,26 @@ class HTTPAPI:
             raise HTTPError(400, "INVALID_TOPIC")
         return self.nsqd.get_topic(name)
 
-    def _publish(self, topic, bodies: list[bytes], defer: float = 0.0) -> Response:
+    async def _publish(self, topic, bodies: list[bytes], defer: float = 0.0) -> Response:
+        """Store the messages; with --sync-every=1 answer once their disk writes are fsynced."""
         if self.nsqd.exiting:
             raise HTTPError(503, "EXITING")
-        try:
+
+        def store() -> None:
             if defer:
                 topic.publish_deferred(bodies[0], time.time_ns(), defer)
             elif bodies:
                 topic.publish(bodies, time.time_ns())
+
+        try:
+            sync_round = self.nsqd.group_commit.store(store)
+            if sync_round is not None:
+                await sync_round.wait()
         except OSError:
             raise HTTPError(503, "EXITING") from None  # nsqd's answer to any failed put, disk errors included
         return v1_ok("OK")
 
-    def pub(self, request: Request) -> Response:
+    async def pub(self, request: Request) -> Response:
         max_size = self.nsqd.opts.max_msg_size
         if request.body_too_big or len(request.body) > max_size:
             raise HTTPError(413, "MSG_TOO_BIG")
@@ -136,9 +145,9 @@ class HTTPAPI:
             if not GO_INT.fullmatch(text) or not 0 <= int(text) <= self.nsqd.opts.max_req_timeout * 1000:
                 raise HTTPError(400, "INVALID_DEFER")
             defer = int(text) / 1000
-        return self._publish(topic, [request.body], defer)
+        return await self._publish(topic, [request.body], defer)
 
-    def mpub(self, request: Request) -> Response:
+    async def mpub(self, request: Request) -> Response:
         opts = self.nsqd.opts
         if request.body_too_big or len(request.body) > opts.max_body_size:
             raise HTTPError(413, "BODY_TOO_BIG")
@@ -156,7 +165,7 @@ class HTTPAPI:
             bodies = [line for line in request.body.split(b"\n") if line]
             if any(len(body) > opts.max_msg_size for body in bodies):
                 raise HTTPError(413, "MSG_TOO_BIG")
-        return self._publish(topic, bodies)
+        return await self._publish(topic, bodies)
 
     # -- stats -----------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from . import metadata, statsd
 from .diskqueue import DiskQueue
 from .dirlock import DirLock
 from .auth import AuthServers
+from .group_commit import GroupCommit
 from .guid import GuidFactory
 from .http_api import HTTPAPI, tls_required_handler
 from .lookup import Lookup
@@ -64,6 +65,7 @@ class NSQD:
         self._diskqueues: set[DiskQueue] = set()
         self._sync_due: set[DiskQueue] = set()
         self._sync_wanted = trio.Event()
+        self.group_commit = GroupCommit(enabled=opts.sync_every == 1)
         self._metadata_dirty = trio.Event()
         self._metadata_writer = metadata.MetadataWriter(self.data_path)
         self._stopped = trio.Event()
@@ -293,6 +295,7 @@ class NSQD:
         """A disk queue took a write: health is good again. Only writes say so, as in nsqd:
         a disk that is full can still be read."""
         self._health_error = None
+        self.group_commit.written()
         self.disk_used(queue)
 
     def disk_used(self, queue: DiskQueue) -> None:
@@ -313,8 +316,9 @@ class NSQD:
         return self._health_error is None
 
     async def _sync_loop(self) -> None:
-        """fsync disk queues in worker threads: after --sync-every operations, or every
-        --sync-timeout for a queue with any unsynced operation."""
+        """fsync disk queues in worker threads, in rounds: after --sync-every operations, or
+        every --sync-timeout for a queue with any unsynced operation. Each round snapshots
+        its queues at once and ends publishers' waits (nsqd/group_commit.py)."""
         limiter = trio.CapacityLimiter(SYNC_THREADS)
         while True:
             with trio.move_on_after(self.opts.sync_timeout):
@@ -322,11 +326,17 @@ class NSQD:
             self._sync_wanted = trio.Event()
             due = self._sync_due or {queue for queue in self._diskqueues if queue.writes_since_sync}
             self._sync_due = set()
-            for queue in list(due):
-                if queue not in self._diskqueues:
-                    continue
-                job = queue.prepare_sync()
-                try:
-                    await trio.to_thread.run_sync(job.run, limiter=limiter)
-                except OSError as exc:
-                    self.disk_failed(queue.name, exc)
+            sync_round = self.group_commit.begin_round()
+            jobs = [queue.prepare_sync() for queue in due if queue in self._diskqueues]
+            failures: list[OSError] = []
+            async with trio.open_nursery() as nursery:
+                for job in jobs:
+                    nursery.start_soon(self._run_sync_job, job, limiter, failures)
+            self.group_commit.end_round(sync_round, failures[0] if failures else None)
+
+    async def _run_sync_job(self, job, limiter: trio.CapacityLimiter, failures: list[OSError]) -> None:
+        try:
+            await trio.to_thread.run_sync(job.run, limiter=limiter)
+        except OSError as exc:
+            self.disk_failed(job.queue.name, exc)
+            failures.append(exc)

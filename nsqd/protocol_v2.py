@@ -7,11 +7,18 @@ Those return a coroutine that the connection's reader awaits before it parses on
 With AUTH enabled the check comes after the parser has read the whole command, body
 included; nsqd checks MPUB's before reading its body, so a client that is refused
 *and* sends a malformed MPUB body is told about the body, not the authorization.
+
+With --sync-every=1 a publish that wrote to a disk queue is answered only once an fsync
+covers the write (nsqd/group_commit.py). Its OK is held, and so is every later answer of
+the connection, to keep them in the commands' order; publishes still execute meanwhile,
+so the commands of one received batch share the fsync. The reader calls
+``answer_publishes`` when the batch is done and before it sends an error.
 """
 
 import json
 import logging
 import time
+from collections import deque
 
 from common import VERSION
 from common.commands import Auth, Cls, Dpub, Fin, Identify, Mpub, Nop, Pub, Rdy, Req, Sub, Touch
@@ -27,6 +34,7 @@ from .options import TLS_NOT_REQUIRED
 log = logging.getLogger("nsqd")
 
 DEFAULT_DEFLATE_LEVEL = 6
+PUBLISHES = (Pub, Mpub, Dpub)
 
 
 def limits_from(opts) -> Limits:
@@ -47,6 +55,7 @@ class ProtocolV2:
         self.client = client
         self.upgrade = upgrade
         self.parser = CommandParser(limits_from(nsqd.opts), tls_required=nsqd.opts.tls_required != TLS_NOT_REQUIRED)
+        self._unanswered: deque = deque()  # (command name, SyncRound or None) of publishes not yet answered
         self._handlers = {
             Identify: self.identify, Auth: self.auth, Sub: self.sub, Rdy: self.rdy,
             Fin: self.fin, Req: self.req, Touch: self.touch, Cls: self.cls, Nop: self.nop,
@@ -58,7 +67,31 @@ class ProtocolV2:
 
     def execute(self, command):
         """Run a command; a coroutine to await before the next one, or None."""
-        return self._handlers[type(command)](command)
+        handler = self._handlers[type(command)]
+        if self._unanswered and not isinstance(command, PUBLISHES):
+            return self._after_answers(handler, command)
+        return handler(command)
+
+    async def _after_answers(self, handler, command) -> None:
+        await self.answer_publishes()
+        pending = handler(command)
+        if pending is not None:
+            await pending
+
+    async def answer_publishes(self) -> None:
+        """Send the held OKs, in order, as their fsyncs complete. A failed fsync fails the
+        first publish still held with E_<CMD>_FAILED (fatal: the connection closes)."""
+        unanswered = self._unanswered
+        while unanswered:
+            name, sync_round = unanswered[0]
+            if sync_round is not None:
+                try:
+                    await sync_round.wait()
+                except OSError as exc:
+                    unanswered.clear()
+                    raise ClientError(f"E_{name}_FAILED", f"{name} failed {exc.strerror or exc}") from exc
+            unanswered.popleft()
+            self.client.send_response(OK)
 
     def _set_state(self, state: State) -> None:
         self.client.state = state
@@ -184,16 +217,20 @@ class ProtocolV2:
         pass
 
     def _published(self, command_name: str, topic: str, count: int, publish) -> None:
-        """Run ``publish``; answer OK, or E_<CMD>_FAILED if nsqd is stopping or the disk failed."""
+        """Run ``publish``; answer OK (held until its disk writes are fsynced, if they must
+        be), or E_<CMD>_FAILED if nsqd is stopping or the disk failed."""
         if self.nsqd.exiting:
             raise ClientError(f"E_{command_name}_FAILED", f"{command_name} failed exiting")
         try:
-            publish()
+            sync_round = self.nsqd.group_commit.store(publish)
         except OSError as exc:
             raise ClientError(f"E_{command_name}_FAILED", f"{command_name} failed {exc.strerror or exc}") from exc
         counts = self.client.pub_counts
         counts[topic] = counts.get(topic, 0) + count
-        self.client.send_response(OK)
+        if sync_round is None and not self._unanswered:
+            self.client.send_response(OK)
+        else:
+            self._unanswered.append((command_name, sync_round))
 
     def pub(self, command: Pub) -> None:
         topic = self.nsqd.get_topic(command.topic)

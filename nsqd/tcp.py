@@ -130,11 +130,16 @@ class Connection:
                 try:
                     command = parser.next_event()
                     if command is NEED_DATA:
+                        await self.protocol.answer_publishes()
                         break
                     pending = execute(command)
                     if pending is not None:
                         await pending
                 except ClientError as err:
+                    try:
+                        await self.protocol.answer_publishes()  # they came first
+                    except ClientError as failed:
+                        err = failed
                     log.log(logging.ERROR if err.fatal else logging.INFO, "client %s: %s", client.remote_address, err)
                     client.send_error(err)
                     if err.fatal:

@@ -255,10 +255,10 @@ async def test_acknowledged_messages_survive_sigkill_with_sync_every_1(tmp_path)
     message, whatever --sync-every says: on restart, a write file longer than the
     metadata says (or one without metadata) is read to its end, and writing resumes in a
     new file. --sync-every=1 adds an fsync of the data and a metadata write after every
-    write and every read, soon after the OK (as go-diskqueue does it: the answer is not
-    held for the fsync): an OS crash or power loss can lose at most the operations of
-    that short window, and messages FINished before the metadata caught up are not
-    delivered again.
+    write and every read, and holds a publish's OK until an fsync that began after its
+    write has completed (group commit, tests/test_nsqd_faults.py): an OS crash or power
+    loss loses no acknowledged message that was on disk, and messages FINished before
+    the metadata caught up are not delivered again.
 
     With the default --sync-every (2500) and --sync-timeout (2s): what a killed process
     wrote to disk survives as above, but after an OS crash or power loss up to 2500

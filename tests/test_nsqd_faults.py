@@ -1,0 +1,112 @@
+"""nsqd under faults: group commit with --sync-every=1, kill -9 and SIGTERM under load, a lost
+nsqlookupd, hostile neighbours, a disk filling up during a burst.
+
+The group commit tests run nsqd in process, to see its sync rounds: a disk queue's
+``meta_lock``, held by the test, stops a round after its fsyncs and before its metadata
+write, so the test decides when a round completes. The others run real nsqd processes.
+"""
+
+import httpx
+import trio
+
+from .datadir import mpub, pub
+from .helpers import RawClient
+
+
+async def first_publish(nsqd, topic: str) -> None:
+    """Create the topic (no channel: messages go to its own disk queue) with one message."""
+    client = await RawClient.connect(nsqd.tcp_port)
+    await client.send(pub(topic, b"first"))
+    assert await client.read_response() == b"OK"
+    await client.close()
+
+
+async def round_begun(nsqd, before) -> None:
+    """Wait until the sync loop has begun the round that was upcoming at ``before``."""
+    with trio.fail_after(5):
+        while nsqd.group_commit.upcoming is before:
+            await trio.sleep(0.005)
+
+
+# -- --sync-every=1: answers wait for an fsync that began after the write ----------------------
+
+async def test_publish_is_answered_only_after_a_round_that_began_after_its_write(start_nsqd):
+    nsqd = await start_nsqd(sync_every=1, mem_queue_size=0)
+    await first_publish(nsqd, "one")
+    await first_publish(nsqd, "two")
+    one = nsqd.topics["one"].queue.backend
+    two = nsqd.topics["two"].queue.backend
+    first = await RawClient.connect(nsqd.tcp_port)
+    second = await RawClient.connect(nsqd.tcp_port)
+    http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{nsqd.http_port}")
+    answers: dict[str, int] = {}
+
+    async def http_publish(path: str, topic: str, body: bytes, **params) -> None:
+        response = await http.post(path, params={"topic": topic, **params}, content=body)
+        assert response.status_code == 200 and response.text == "OK"
+        answers[path] = nsqd.group_commit.rounds
+
+    one.meta_lock.acquire()
+    two.meta_lock.acquire()
+    try:
+        upcoming = nsqd.group_commit.upcoming
+        await first.send(pub("one", b"w0"))  # round r: "one", held after its fsync
+        await round_begun(nsqd, upcoming)
+        completed = nsqd.group_commit.rounds
+        await second.send(pub("two", b"w1") + mpub("two", [b"w2", b"w3"]))  # written during round r
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(http_publish, "/pub", "two", b"w4")
+            nursery.start_soon(http_publish, "/mpub", "two", b"w5\nw6")
+            await first.assert_no_frame(0.3)
+            await second.assert_no_frame(0.01)
+            assert answers == {}
+            # a message that stays in memory (deferred) is answered at once
+            third = await RawClient.connect(nsqd.tcp_port)
+            await third.send(b"DPUB one 60000\n\x00\x00\x00\x02dp")
+            assert await third.read_response() == b"OK"
+            one.meta_lock.release()
+            assert await first.read_response() == b"OK"
+            assert nsqd.group_commit.rounds == completed + 1
+            # round r+1 took "two": w1..w6 share it and wait for it, not for round r
+            await second.assert_no_frame(0.3)
+            assert answers == {}
+            two.meta_lock.release()
+            assert [await second.read_response() for _ in range(2)] == [b"OK", b"OK"]
+            assert nsqd.group_commit.rounds >= completed + 2
+    finally:
+        for lock in (one.meta_lock, two.meta_lock):
+            if lock.locked():
+                lock.release()
+    assert answers.keys() == {"/pub", "/mpub"} and min(answers.values()) >= completed + 2
+    await http.aclose()
+
+
+async def test_pipelined_publishes_share_fsyncs_and_answers_keep_their_order(start_nsqd):
+    nsqd = await start_nsqd(sync_every=1, mem_queue_size=0)
+    await first_publish(nsqd, "piped")
+    client = await RawClient.connect(nsqd.tcp_port)
+    rounds = nsqd.group_commit.rounds
+    count = 2000
+    await client.send(b"".join(pub("piped", b"m%d" % n) for n in range(count)))
+    for _ in range(count):
+        assert await client.read_response() == b"OK"
+    assert nsqd.group_commit.rounds - rounds < count / 10
+    assert nsqd.topics["piped"].queue.backend.depth == count + 1
+
+    # an error comes after the held answers of the publishes sent before it
+    await client.send(b"".join(pub("piped", b"e%d" % n) for n in range(50)) + b"FIN 0123456789abcdef\n")
+    for _ in range(50):
+        assert await client.read_response() == b"OK"
+    assert (await client.read_error()).startswith(b"E_INVALID")
+    await client.assert_closed()
+
+
+async def test_default_sync_every_answers_without_waiting(start_nsqd):
+    nsqd = await start_nsqd(mem_queue_size=0)
+    await first_publish(nsqd, "quick")
+    backend = nsqd.topics["quick"].queue.backend
+    client = await RawClient.connect(nsqd.tcp_port)
+    with backend.meta_lock:  # no round is due: the answer does not depend on one
+        await client.send(pub("quick", b"x"))
+        assert await client.read_response() == b"OK"
+    assert backend.depth == 2
