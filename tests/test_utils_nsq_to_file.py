@@ -123,9 +123,10 @@ def test_archives_a_topic_line_by_line_and_finishes_on_sigterm(nsqd, tmp_path):
     try:
         wait_until(lambda: files(tmp_path) and files(tmp_path)[0].read_bytes() == b"first\nsecond\nthird\n",
                    what="3 lines in the file")
-        assert channel_stats(nsqd.http_port, "archive", "nsq_to_file")["in_flight_count"] == 0
+        wait_until(lambda: channel_stats(nsqd.http_port, "archive", "nsq_to_file")["in_flight_count"] == 0,
+                   what="the 3 messages finished once on disk")
         publish(nsqd.http_port, "archive", b"fourth")
-        utility.wait_for_stderr("syncing 1 records to disk")
+        wait_until(lambda: files(tmp_path)[0].read_bytes().endswith(b"fourth\n"), what="the 4th line")
         assert utility.stop(signal.SIGTERM) == 0
     finally:
         utility.kill()
