@@ -67,6 +67,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # How each level is partitioned on disk: the partition columns and their values from ``ts``.
 PARTITION_KEYS = {"1m": {"date": "yyyy-MM-dd", "hour": "HH"}, "1h": {"date": "yyyy-MM-dd"},
                   "1d": {"month": "yyyy-MM"}}
+PYTHON_FORMATS = {"date": "%Y-%m-%d", "hour": "%H"}
 STAGING_PREFIX = ".staging-"
 # Where the job stages what one task per hour writes: each hour's 1m partition and 1h windows.
 HOURLY = "hourly"
@@ -161,7 +162,7 @@ def _roll_up(spark: SparkSession, stats_dir: Path, staging: Path, paths: list[Pa
     kept_minutes = _existing(stats_dir, "1m", hours)
     keys, salt = named_keys(spark, series_names(paths + kept_minutes))
     node_minutes = _node_minutes(_snapshots(spark, paths, read_spans(rewrite)), keys, salt, rewrite)
-    steps = (("1m", hours, lambda: _write_hourly(spark, staging, node_minutes, kept_minutes, keys, salt, rewrite)),
+    steps = (("1m", hours, lambda: _write_hourly(spark, staging, node_minutes, kept_minutes, keys, salt, rewrite, hours)),
              ("1h", days, lambda: _write_hours(spark, stats_dir, staging, hours, days)),
              ("1d", months, lambda: _write_days(spark, stats_dir, staging, days, months)))
     for level, partitions, write in steps:
@@ -274,8 +275,8 @@ def _with_partition_keys(frame: DataFrame, level: str) -> DataFrame:
 
 
 def _write_hourly(spark: SparkSession, staging: Path, node_minutes: DataFrame, kept_minutes: list[Path],
-                  keys: DataFrame, salt: int, rewrite: list[Span]) -> None:
-    """The touched hours' 1m partitions and the 1h windows of those hours, one task per hour.
+                  keys: DataFrame, salt: int, rewrite: list[Span], touched: list[datetime]) -> None:
+    """The ``touched`` hours' 1m partitions and the 1h windows of those hours, one task per hour.
 
     One shuffle puts each hour in one task: its new node minutes and those it keeps outside the
     rewritten minutes. There each node row also counts towards its minute's ALL_NODES row
@@ -299,11 +300,20 @@ def _write_hourly(spark: SparkSession, staging: Path, node_minutes: DataFrame, k
     hours = (with_group_p95(minutes, in_hour, "depth_avg").groupBy("hour_start", "key").agg(*coarser_aggregates())
              .withColumn("ts", F.col("hour_start")).select("hour_start", "key", *coarser_columns()))
     levels = minutes.withColumn("level", F.lit("1m")).unionByName(hours.withColumn("level", F.lit("1h")))
-    rows = _with_partition_keys(_named(levels, keys), "1m").drop("hour_start")
+    rows = _named(levels, keys).join(F.broadcast(_hour_partitions(spark, touched)), "hour_start").drop("hour_start")
     try:
         rows.write.partitionBy("level", *PARTITION_KEYS["1m"]).parquet(str(staging / HOURLY))
     finally:
         minutes.unpersist()
+
+
+def _hour_partitions(spark: SparkSession, hours: list[datetime]) -> DataFrame:
+    """Each of ``hours`` as ``hour_start`` with its 1m partition's ``date`` and ``hour``: joined
+    to the rows rather than formatted from each row's time."""
+    return spark.createDataFrame(pa.table({
+        "hour_start": pa.array(hours, layout.ROLLUP_SCHEMA.field("ts").type),
+        **{name: pa.array([f"{hour:{PYTHON_FORMATS[name]}}" for hour in hours]) for name in PARTITION_KEYS["1m"]},
+    }))
 
 
 def _write_hours(spark: SparkSession, stats_dir: Path, staging: Path, hours: list[datetime],
