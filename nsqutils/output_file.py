@@ -74,10 +74,6 @@ class OutputFile:
         self.open_time = 0.0
         self.filesize = 0
 
-    @property
-    def is_open(self) -> bool:
-        return self.out is not None
-
     def current_filename(self) -> str:
         return self.name_format.replace("<DATETIME>", strftime(self.opts.datetime_format))
 

@@ -1,11 +1,13 @@
 """to_nsq: publish stdin, split on a delimiter byte, to a topic on every nsqd given
 (apps/to_nsq/to_nsq.go).
 
-Each non-empty piece is PUBlished to each ``--nsqd-tcp-address`` in turn, waiting for nsqd's
-answer; a refused or failed publish is fatal (exit 1). ``--rate N`` keeps to N messages a
-second (with up to a second's worth of burst, as NSQ's). End of input, SIGINT or SIGTERM
-ends it after the publish under way has been answered. Unlike NSQ's, a last piece with no
-delimiter after it is published whole (NSQ's drops its last byte).
+Each non-empty piece is PUBlished to each ``--nsqd-tcp-address``, in input order; a refused
+or failed publish is fatal (exit 1). NSQ's waits for each answer before the next publish;
+here up to 256 publishes are pipelined on each connection (same order, ~30x the rate).
+``--rate N`` keeps to N messages a second (with up to a second's worth of burst, as NSQ's).
+End of input, SIGINT or SIGTERM stop the reading; the publishes under way are answered
+before it exits. Unlike NSQ's, a last piece with no delimiter after it is published whole
+(NSQ's drops its last byte).
 
 stdin is read by a thread of its own (a pipe, a terminal or a file all block), handing
 chunks to the event loop.
@@ -14,6 +16,7 @@ chunks to the event loop.
 import os
 import sys
 import threading
+from contextlib import AsyncExitStack
 
 import anyio
 import anyio.from_thread
@@ -29,6 +32,7 @@ from .running import STOP_SIGNALS, run, watch_signals
 
 PROGRAM = "to_nsq"
 READ_SIZE = 64 * 1024
+WINDOW = 256  # publishes awaiting nsqd's answer at once
 FLAGS = FlagSet(PROGRAM, [
     options.VERSION_FLAG,
     Flag("topic", "str", "", "NSQ topic to publish to"),
@@ -96,24 +100,48 @@ async def _pieces(delimiter: bytes):
         yield pending
 
 
-async def _publish_all(producers: list[Producer], topic: str, body: bytes) -> None:
-    for producer in producers:
-        try:
-            await producer.publish(topic, body)
-        except NSQError as exc:
-            raise Fatal(str(exc)) from None
+async def _publish(producer: Producer, topic: str, body: bytes, window: anyio.Semaphore) -> None:
+    try:
+        await producer.publish(topic, body)
+    except NSQError as exc:
+        raise Fatal(str(exc)) from None
+    finally:
+        window.release()
 
 
-async def _publish_stdin(opts, producers: list[Producer], scope: anyio.CancelScope) -> None:
+async def _publish_stdin(opts, producers: list[Producer], reading: anyio.CancelScope) -> None:
+    """Every piece to every producer, in order, up to WINDOW publishes awaiting nsqd's answer."""
     throttle = Throttle(opts.rate) if opts.rate >= 1 else None
     if throttle is not None:
         golog.printf(f"Throttling messages rate to max:{opts.rate}/second")
-    async for piece in _pieces(opts.delimiter.encode("utf-8", "surrogateescape")):
-        if throttle is not None:
-            await throttle.take()
-        with anyio.CancelScope(shield=True):  # a stop signal waits for the publish under way
-            await _publish_all(producers, opts.topic, piece)
-    scope.cancel()
+    window = anyio.Semaphore(WINDOW)
+    async with anyio.create_task_group() as publishes:
+        with reading:
+            async for piece in _pieces(opts.delimiter.encode("utf-8", "surrogateescape")):
+                if throttle is not None:
+                    await throttle.take()
+                for producer in producers:
+                    if not producer.connected:
+                        await _connect(producer)
+                    await _take(window)
+                    publishes.start_soon(_publish, producer, opts.topic, piece, window)
+
+
+async def _take(window: anyio.Semaphore) -> None:
+    """A place in the window, without yielding while there is one: the publishes of a whole
+    chunk of input are then queued before the connection's writer runs, and leave in one write."""
+    try:
+        window.acquire_nowait()
+    except anyio.WouldBlock:
+        await window.acquire()
+
+
+async def _connect(producer: Producer) -> None:
+    """Connect before the first publish, so the pipelined ones leave in order."""
+    try:
+        await producer.connect()
+    except NSQError as exc:
+        raise Fatal(str(exc)) from None
 
 
 async def _to_nsq(opts) -> None:
@@ -128,17 +156,14 @@ async def _to_nsq(opts) -> None:
         producers = [Producer(address, config) for address in dict.fromkeys(opts.nsqd_tcp_address)]
     except ValueError as exc:
         raise Fatal(f"failed to create nsq.Producer - {exc}") from None
-    async with anyio.create_task_group() as task_group:
+    reading = anyio.CancelScope()
+    async with AsyncExitStack() as stack:
         for producer in producers:
-            await task_group.start(_run_producer, producer)
-        await task_group.start(watch_signals, lambda signum: task_group.cancel_scope.cancel(), STOP_SIGNALS)
-        await _publish_stdin(opts, producers, task_group.cancel_scope)
-
-
-async def _run_producer(producer: Producer, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
-    async with producer:
-        task_status.started()
-        await anyio.sleep_forever()
+            await stack.enter_async_context(producer)
+        async with anyio.create_task_group() as signals:
+            await signals.start(watch_signals, lambda signum: reading.cancel(), STOP_SIGNALS)
+            await _publish_stdin(opts, producers, reading)
+            signals.cancel_scope.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:
