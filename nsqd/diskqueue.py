@@ -32,10 +32,11 @@ READ_CHUNK = 256 * 1024
 
 
 class SyncJob:
-    """One sync: fsync data files (fds it owns and closes) and, after a data file was
-    created, the directory that names it; then write the metadata, unless the queue's
-    files were removed since the snapshot (Empty, delete): metadata written back then
-    would point a re-created queue at files that are gone."""
+    """One sync, in two steps: ``flush`` fsyncs the data files (fds it owns and closes) and,
+    after a data file was created, the directory that names it: the records written before
+    the snapshot are then durable. ``write_metadata`` writes the snapshot's metadata, unless
+    the queue's files were removed since (Empty, delete): metadata written back then would
+    point a re-created queue at files that are gone."""
 
     def __init__(self, queue: "DiskQueue", fds: list[int], meta_text: str, new_file: bool):
         self.queue = queue
@@ -45,14 +46,21 @@ class SyncJob:
         self.generation = queue.generation
 
     def run(self) -> None:
+        self.flush()
+        self.write_metadata()
+
+    def flush(self) -> None:
         try:
             for fd in self.fds:
                 os.fsync(fd)
         finally:
             for fd in self.fds:
                 os.close(fd)
+            self.fds = []
         if self.new_file:
             fsync_directory(self.queue.data_path)
+
+    def write_metadata(self) -> None:
         with self.queue.meta_lock:
             if self.queue.generation == self.generation:
                 write_atomically(self.queue.meta_file_name(), self.meta_text.encode())

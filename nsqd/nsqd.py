@@ -22,7 +22,7 @@ from serving.http import HTTPServer
 from serving.listeners import bound_port, format_address, open_listeners, remote_address, tls_listeners
 
 from . import metadata, statsd
-from .diskqueue import DiskQueue
+from .diskqueue import DiskQueue, SyncJob
 from .dirlock import DirLock
 from .auth import AuthServers
 from .group_commit import GroupCommit
@@ -65,7 +65,10 @@ class NSQD:
         self._diskqueues: set[DiskQueue] = set()
         self._sync_due: set[DiskQueue] = set()
         self._sync_wanted = trio.Event()
+        self._queue_meta_due: dict[DiskQueue, SyncJob] = {}  # each queue's newest fsynced snapshot
+        self._queue_meta_wanted = trio.Event()
         self.group_commit = GroupCommit(enabled=opts.sync_every == 1)
+        self.sync_limiter = trio.CapacityLimiter(SYNC_THREADS)  # worker threads for a round's fsyncs
         self._metadata_dirty = trio.Event()
         self._metadata_writer = metadata.MetadataWriter(self.data_path)
         self._stopped = trio.Event()
@@ -317,26 +320,49 @@ class NSQD:
 
     async def _sync_loop(self) -> None:
         """fsync disk queues in worker threads, in rounds: after --sync-every operations, or
-        every --sync-timeout for a queue with any unsynced operation. Each round snapshots
-        its queues at once and ends publishers' waits (nsqd/group_commit.py)."""
-        limiter = trio.CapacityLimiter(SYNC_THREADS)
-        while True:
-            with trio.move_on_after(self.opts.sync_timeout):
-                await self._sync_wanted.wait()
-            self._sync_wanted = trio.Event()
-            due = self._sync_due or {queue for queue in self._diskqueues if queue.writes_since_sync}
-            self._sync_due = set()
-            sync_round = self.group_commit.begin_round()
-            jobs = [queue.prepare_sync() for queue in due if queue in self._diskqueues]
-            failures: list[OSError] = []
-            async with trio.open_nursery() as nursery:
-                for job in jobs:
-                    nursery.start_soon(self._run_sync_job, job, limiter, failures)
-            self.group_commit.end_round(sync_round, failures[0] if failures else None)
+        every --sync-timeout for a queue with any unsynced operation. A round snapshots its
+        queues at once, fsyncs them and ends the waits of the publishers it covers
+        (nsqd/group_commit.py); their metadata is written meanwhile by its own task, the
+        newest snapshot of each queue, so publishers wait for the data's fsync only."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._queue_meta_loop)
+            while True:
+                with trio.move_on_after(self.opts.sync_timeout):
+                    await self._sync_wanted.wait()
+                self._sync_wanted = trio.Event()
+                due = self._sync_due or {queue for queue in self._diskqueues if queue.writes_since_sync}
+                self._sync_due = set()
+                sync_round = self.group_commit.begin_round()
+                jobs = [queue.prepare_sync() for queue in due if queue in self._diskqueues]
+                flushed, errors = await self._in_threads(SyncJob.flush, jobs, self.sync_limiter)
+                self.group_commit.end_round(sync_round, errors[0] if errors else None)
+                for job in flushed:
+                    self._queue_meta_due[job.queue] = job
+                self._queue_meta_wanted.set()
 
-    async def _run_sync_job(self, job, limiter: trio.CapacityLimiter, failures: list[OSError]) -> None:
-        try:
-            await trio.to_thread.run_sync(job.run, limiter=limiter)
-        except OSError as exc:
-            self.disk_failed(job.queue.name, exc)
-            failures.append(exc)
+    async def _queue_meta_loop(self) -> None:
+        limiter = trio.CapacityLimiter(1)
+        while True:
+            await self._queue_meta_wanted.wait()
+            self._queue_meta_wanted = trio.Event()
+            jobs, self._queue_meta_due = list(self._queue_meta_due.values()), {}
+            await self._in_threads(SyncJob.write_metadata, jobs, limiter)
+
+    async def _in_threads(self, step, jobs: list[SyncJob], limiter) -> tuple[list[SyncJob], list[OSError]]:
+        """``step(job)`` for every job in worker threads; the jobs done and the others' errors."""
+        done: list[SyncJob] = []
+        errors: list[OSError] = []
+
+        async def run(job: SyncJob) -> None:
+            try:
+                await trio.to_thread.run_sync(step, job, limiter=limiter)
+            except OSError as exc:
+                self.disk_failed(job.queue.name, exc)
+                errors.append(exc)
+            else:
+                done.append(job)
+
+        async with trio.open_nursery() as nursery:
+            for job in jobs:
+                nursery.start_soon(run, job)
+        return done, errors
