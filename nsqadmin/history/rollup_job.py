@@ -222,8 +222,7 @@ def _with_deltas(numbers: DataFrame) -> DataFrame:
     time between them), or zeros as a new baseline. Ordered by minute first, which the time
     orders the same way, so that the minutes' window after it finds its rows already sorted."""
     series = Window.partitionBy("sid").orderBy("minute_us", "ts_us")
-    for column in ("ts_us", *COUNTERS, "backlog"):
-        numbers = numbers.withColumn(f"prev_{column}", F.lag(column).over(series))
+    lags = {f"prev_{column}": F.lag(column).over(series) for column in ("ts_us", *COUNTERS, "backlog")}
     continues = F.col("prev_ts_us").isNotNull() & (F.col("ts_us") - F.col("prev_ts_us") <= MAX_DELTA_GAP_US)
 
     def delta(counter: str) -> Column:
@@ -232,12 +231,14 @@ def _with_deltas(numbers: DataFrame) -> DataFrame:
 
     reset = F.col("message_count") < F.col("prev_message_count")
     finished = F.when(~continues | reset, 0).otherwise(
-        F.greatest(F.lit(0), F.col("d_messages") - (F.col("backlog") - F.col("prev_backlog"))))
-    return (numbers.withColumn("dt_us", F.when(continues, F.col("ts_us") - F.col("prev_ts_us")).otherwise(0))
-            .withColumn("d_messages", delta("message_count"))
-            .withColumn("d_requeues", delta("requeue_count"))
-            .withColumn("d_timeouts", delta("timeout_count"))
-            .withColumn("d_finished", finished))
+        F.greatest(F.lit(0), delta("message_count") - (F.col("backlog") - F.col("prev_backlog"))))
+    return numbers.withColumns(lags).withColumns({
+        "dt_us": F.when(continues, F.col("ts_us") - F.col("prev_ts_us")).otherwise(0),
+        "d_messages": delta("message_count"),
+        "d_requeues": delta("requeue_count"),
+        "d_timeouts": delta("timeout_count"),
+        "d_finished": finished,
+    })
 
 
 def _node_minutes(snapshots: DataFrame, keys: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
