@@ -8,7 +8,8 @@ import pytest
 
 from .helpers import NsqdProcess
 from .lookupd_helpers import LookupdProcess
-from .utils_helpers import Utility, assert_fatal, assert_go_usage, http, publish, run_script
+from .utils_helpers import (Utility, assert_all_fatal, assert_fatal, assert_go_usage, http, publish, run_script,
+                            run_scripts)
 
 USAGE = """\
   -channel string
@@ -64,25 +65,27 @@ def numbers(line: str) -> list[int]:
 
 
 def test_help_version_and_bad_flags():
-    assert_go_usage(run_script("nsq_stat", "--help"), "nsq_stat", USAGE)
-    version = run_script("nsq_stat", "--version")
+    runs = run_scripts("nsq_stat", ["--help"], ["--version"], ["-count", "ten"], ["--interval=2"])
+    assert_go_usage(runs[0], "nsq_stat", USAGE)
+    version = runs[1]
     assert (version.returncode, version.stdout) == (0, "nsq_stat v1.3.0\n")
-    bad = run_script("nsq_stat", "-count", "ten")
+    bad = runs[2]
     assert bad.returncode == 2
     assert bad.stderr.startswith('invalid value "ten" for flag -count: strconv.ParseInt: parsing "ten": '
                                  'invalid syntax\nUsage of nsq_stat:\n')
-    duration = run_script("nsq_stat", "--interval=2")
+    duration = runs[3]
     assert duration.stderr.splitlines()[0] == 'invalid value "2" for flag -interval: parse error'
 
 
 def test_fatal_checks():
-    assert_fatal(run_script("nsq_stat", "--topic=t"), "--topic and --channel are required")
-    assert_fatal(run_script("nsq_stat", "--topic=t", "--channel=c", "--interval=0s"), "--interval should be positive")
-    assert_fatal(run_script("nsq_stat", "--topic=t", "--channel=c", "--count=0"), "--count should be positive")
-    assert_fatal(run_script("nsq_stat", "--topic=t", "--channel=c"),
-                 "--nsqd-http-address or --lookupd-http-address required")
-    assert_fatal(run_script("nsq_stat", "--topic=t", "--channel=c", "--nsqd-http-address=http://127.0.0.1:1"),
-                 "--nsqd-http-address error - address should not contain scheme")
+    assert_all_fatal("nsq_stat", [
+        (["--topic=t"], "--topic and --channel are required"),
+        (["--topic=t", "--channel=c", "--interval=0s"], "--interval should be positive"),
+        (["--topic=t", "--channel=c", "--count=0"], "--count should be positive"),
+        (["--topic=t", "--channel=c"], "--nsqd-http-address or --lookupd-http-address required"),
+        (["--topic=t", "--channel=c", "--nsqd-http-address=http://127.0.0.1:1"],
+         "--nsqd-http-address error - address should not contain scheme"),
+    ])
 
 
 def test_sums_the_channel_over_every_nsqd_and_rates_what_arrives(nsqds):
@@ -104,8 +107,8 @@ def test_sums_the_channel_over_every_nsqd_and_rates_what_arrives(nsqds):
 
 
 def test_through_lookupd_with_the_header_every_25_polls(nsqds, lookupd):
-    result = run_script("nsq_stat", "--topic=stat", "--channel=c", f"--lookupd-http-address=127.0.0.1:{lookupd.http_port}",
-                        "--interval=10ms", "--count=26")
+    result = run_script("nsq_stat", "--topic=stat", "--channel=c", "--interval=10ms", "--count=26",
+                        f"--lookupd-http-address=127.0.0.1:{lookupd.http_port}")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 30

@@ -8,8 +8,8 @@ import pytest
 
 from .helpers import NsqdProcess
 from .lookupd_helpers import LookupdProcess
-from .utils_helpers import (Utility, assert_fatal, assert_go_usage, channel_stats, http, publish, run_script,
-                            wait_until)
+from .utils_helpers import (Utility, assert_all_fatal, assert_go_usage, channel_stats, http, publish, run_script,
+                            run_scripts, wait_until)
 
 USAGE = """\
   -channel string
@@ -49,24 +49,25 @@ def nsqd(tmp_path_factory, lookupd):
 
 
 def test_help_version_and_bad_flags():
-    assert_go_usage(run_script("nsq_tail", "-help"), "nsq_tail", USAGE)
-    version = run_script("nsq_tail", "-version")
+    runs = run_scripts("nsq_tail", ["-help"], ["-version"], ["-print-topic=maybe"], ["---topic=t"])
+    assert_go_usage(runs[0], "nsq_tail", USAGE)
+    version = runs[1]
     assert (version.returncode, version.stdout) == (0, "nsq_tail v1.3.0\n")
-    bad = run_script("nsq_tail", "-print-topic=maybe")
+    bad = runs[2]
     assert bad.returncode == 2
     assert bad.stderr.startswith('invalid boolean value "maybe" for -print-topic: parse error\nUsage of nsq_tail:\n')
-    syntax = run_script("nsq_tail", "---topic=t")
+    syntax = runs[3]
     assert (syntax.returncode, syntax.stderr.splitlines()[0]) == (2, "bad flag syntax: ---topic=t")
 
 
 def test_fatal_checks():
-    assert_fatal(run_script("nsq_tail", "--topic=t"), "--nsqd-tcp-address or --lookupd-http-address required")
-    assert_fatal(run_script("nsq_tail", "--topic=t", "--nsqd-tcp-address=127.0.0.1:1",
-                            "--lookupd-http-address=127.0.0.1:2"),
-                 "use --nsqd-tcp-address or --lookupd-http-address not both")
-    assert_fatal(run_script("nsq_tail", "--nsqd-tcp-address=127.0.0.1:1"), "--topic required")
-    assert_fatal(run_script("nsq_tail", "--topic=t", "--nsqd-tcp-address=127.0.0.1:1"),
-                 "failed to connect to nsqd at 127.0.0.1:1")
+    assert_all_fatal("nsq_tail", [
+        (["--topic=t"], "--nsqd-tcp-address or --lookupd-http-address required"),
+        (["--topic=t", "--nsqd-tcp-address=127.0.0.1:1", "--lookupd-http-address=127.0.0.1:2"],
+         "use --nsqd-tcp-address or --lookupd-http-address not both"),
+        (["--nsqd-tcp-address=127.0.0.1:1"], "--topic required"),
+        (["--topic=t", "--nsqd-tcp-address=127.0.0.1:1"], "failed to connect to nsqd at 127.0.0.1:1"),
+    ])
 
 
 def test_n_prints_that_many_bodies_finishes_them_and_exits(nsqd):

@@ -12,7 +12,8 @@ import pytest
 
 from .helpers import NsqdProcess
 from .lookupd_helpers import LookupdProcess
-from .utils_helpers import Utility, assert_fatal, assert_go_usage, channel_stats, publish, run_script, wait_until
+from .utils_helpers import (Utility, assert_all_fatal, assert_fatal, assert_go_usage, channel_stats, publish,
+                            run_script, run_scripts, wait_until)
 
 USAGE = """\
   -channel string
@@ -92,28 +93,31 @@ def files(directory: Path) -> list[Path]:
 
 
 def test_help_version_and_bad_flags():
-    assert_go_usage(run_script("nsq_to_file", "-h"), "nsqd", USAGE)
-    version = run_script("nsq_to_file", "--version")
+    runs = run_scripts("nsq_to_file",
+                       ["-h"], ["--version"], ["--rotate-size", "1MB"], ["--topic=t", "extra", "args"],
+                       ["--log-level=loud"])
+    assert_go_usage(runs[0], "nsqd", USAGE)
+    version = runs[1]
     assert (version.returncode, version.stdout) == (0, "nsq_to_file v1.3.0\n")
-    bad = run_script("nsq_to_file", "--rotate-size", "1MB")
+    bad = runs[2]
     assert bad.returncode == 2
     assert bad.stderr.startswith('invalid value "1MB" for flag -rotate-size: parse error\nUsage of nsqd:\n')
-    assert_fatal(run_script("nsq_to_file", "--topic=t", "extra", "args"), "unknown arguments: [extra args]")
-    assert_fatal(run_script("nsq_to_file", "--log-level=loud"), "--log-level is invalid")
+    assert_fatal(runs[3], "unknown arguments: [extra args]")
+    assert_fatal(runs[4], "--log-level is invalid")
 
 
 def test_fatal_checks(tmp_path):
     address = "--nsqd-tcp-address=127.0.0.1:1"
-    assert_fatal(run_script("nsq_to_file", "--channel=", address), "--channel is required")
-    assert_fatal(run_script("nsq_to_file", "--topic=t"), "--nsqd-tcp-address or --lookupd-http-address required.")
-    assert_fatal(run_script("nsq_to_file", address, "--gzip-level=10"), "invalid --gzip-level value (10), should be 1-9")
-    assert_fatal(run_script("nsq_to_file", address), "--topic or --topic-pattern required")
-    assert_fatal(run_script("nsq_to_file", address, "--topic-pattern=.*"),
-                 "--lookupd-http-address must be specified when no --topic specified")
-    assert_fatal(run_script("nsq_to_file", address, "--topic=t", "--gzip", "--filename-format=<TOPIC>.log"),
-                 "missing <REV> in --filename-format when gzip, rotation, or work dir enabled")
-    assert_fatal(run_script("nsq_to_file", address, "--topic=t", f"--output-dir={tmp_path}"),
-                 "failed to connect to nsqd at 127.0.0.1:1")
+    assert_all_fatal("nsq_to_file", [
+        (["--channel=", address], "--channel is required"),
+        (["--topic=t"], "--nsqd-tcp-address or --lookupd-http-address required."),
+        ([address, "--gzip-level=10"], "invalid --gzip-level value (10), should be 1-9"),
+        ([address], "--topic or --topic-pattern required"),
+        ([address, "--topic-pattern=.*"], "--lookupd-http-address must be specified when no --topic specified"),
+        ([address, "--topic=t", "--gzip", "--filename-format=<TOPIC>.log"],
+         "missing <REV> in --filename-format when gzip, rotation, or work dir enabled"),
+        ([address, "--topic=t", f"--output-dir={tmp_path}"], "failed to connect to nsqd at 127.0.0.1:1"),
+    ])
 
 
 def test_archives_a_topic_line_by_line_and_finishes_on_sigterm(nsqd, tmp_path):

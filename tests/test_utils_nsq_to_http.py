@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from .helpers import NsqdProcess
-from .utils_helpers import (GO_LOG_STAMP, Utility, assert_fatal, assert_go_usage, channel_stats, publish,
-                            run_script, wait_until)
+from .utils_helpers import (GO_LOG_STAMP, Utility, assert_all_fatal, assert_go_usage, channel_stats, publish,
+                            run_script, run_scripts, wait_until)
 
 USAGE = """\
   -channel string
@@ -108,28 +108,26 @@ def nsqd(tmp_path_factory):
 
 
 def test_help_version_and_bad_flags():
-    assert_go_usage(run_script("nsq_to_http", "--h"), "nsq_to_http", USAGE)
-    version = run_script("nsq_to_http", "--version")
+    runs = run_scripts("nsq_to_http", ["--h"], ["--version"], ["--sample=most"])
+    assert_go_usage(runs[0], "nsq_to_http", USAGE)
+    version = runs[1]
     assert (version.returncode, version.stdout) == (0, "nsq_to_http v1.3.0\n")
-    bad = run_script("nsq_to_http", "--sample=most")
+    bad = runs[2]
     assert bad.returncode == 2
     assert bad.stderr.startswith('invalid value "most" for flag -sample: parse error\nUsage of nsq_to_http:\n')
 
 
 def test_fatal_checks():
     nsqd = "--nsqd-tcp-address=127.0.0.1:1"
-    assert_fatal(run_script("nsq_to_http", nsqd), "--topic and --channel are required")
-    assert_fatal(run_script("nsq_to_http", "--topic=t", "--content-type=text/plain", "--get=http://x/%s"),
-                 "--content-type only used with --post")
-    assert_fatal(run_script("nsq_to_http", "--topic=t", nsqd), "--get or --post required")
-    assert_fatal(run_script("nsq_to_http", "--topic=t", nsqd, "--get=http://x/%s", "--post=http://x"),
-                 "use --get or --post not both")
-    assert_fatal(run_script("nsq_to_http", "--topic=t", nsqd, "--get=http://x/"),
-                 "invalid GET address - must be a printf string")
-    assert_fatal(run_script("nsq_to_http", "--topic=t", nsqd, "--post=http://x", "--header=X-Empty:"),
-                 "--header value format should be 'key=value'")
-    assert_fatal(run_script("nsq_to_http", "--topic=t", nsqd, "--post=http://x", "--sample=1.5"),
-                 "ERROR: --sample must be between 0.0 and 1.0")
+    assert_all_fatal("nsq_to_http", [
+        ([nsqd], "--topic and --channel are required"),
+        (["--topic=t", "--content-type=text/plain", "--get=http://x/%s"], "--content-type only used with --post"),
+        (["--topic=t", nsqd], "--get or --post required"),
+        (["--topic=t", nsqd, "--get=http://x/%s", "--post=http://x"], "use --get or --post not both"),
+        (["--topic=t", nsqd, "--get=http://x/"], "invalid GET address - must be a printf string"),
+        (["--topic=t", nsqd, "--post=http://x", "--header=X-Empty:"], "--header value format should be 'key=value'"),
+        (["--topic=t", nsqd, "--post=http://x", "--sample=1.5"], "ERROR: --sample must be between 0.0 and 1.0"),
+    ])
 
 
 def test_post_round_robin_with_headers_and_timings(nsqd, endpoints):

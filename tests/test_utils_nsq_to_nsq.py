@@ -8,8 +8,8 @@ import pytest
 from nsqutils import json_filter
 
 from .helpers import NsqdProcess, RawClient
-from .utils_helpers import (Utility, assert_fatal, assert_go_usage, channel_stats, publish, run_script, topic_stats,
-                            wait_until)
+from .utils_helpers import (Utility, assert_all_fatal, assert_go_usage, channel_stats, publish, run_script, run_scripts,
+                            topic_stats, wait_until)
 
 USAGE = """\
   -channel string
@@ -81,22 +81,25 @@ def stop(utility: Utility, signum: int = signal.SIGTERM) -> None:
 
 
 def test_help_version_and_bad_flags():
-    assert_go_usage(run_script("nsq_to_nsq", "-h"), "nsq_to_nsq", USAGE)
-    version = run_script("nsq_to_nsq", "-version")
+    runs = run_scripts("nsq_to_nsq", ["-h"], ["-version"], ["-status-every", "often"])
+    assert_go_usage(runs[0], "nsq_to_nsq", USAGE)
+    version = runs[1]
     assert (version.returncode, version.stdout) == (0, "nsq_to_nsq v1.3.0\n")
-    bad = run_script("nsq_to_nsq", "-status-every", "often")
+    bad = runs[2]
     assert bad.returncode == 2
     assert bad.stderr.startswith('invalid value "often" for flag -status-every: parse error\nUsage of nsq_to_nsq:\n')
 
 
 def test_fatal_checks():
     source = "--nsqd-tcp-address=127.0.0.1:1"
-    assert_fatal(run_script("nsq_to_nsq", source), "--topic and --channel are required")
-    assert_fatal(run_script("nsq_to_nsq", "--topic=bad topic"), "--topic is invalid")
-    assert_fatal(run_script("nsq_to_nsq", "--topic=t", "--destination-topic=a/b"), "--destination-topic is invalid")
-    assert_fatal(run_script("nsq_to_nsq", "--topic=t", "--channel=c!"), "--channel is invalid")
-    assert_fatal(run_script("nsq_to_nsq", "--topic=t"), "--nsqd-tcp-address or --lookupd-http-address required")
-    assert_fatal(run_script("nsq_to_nsq", "--topic=t", source), "--destination-nsqd-tcp-address required")
+    assert_all_fatal("nsq_to_nsq", [
+        ([source], "--topic and --channel are required"),
+        (["--topic=bad topic"], "--topic is invalid"),
+        (["--topic=t", "--destination-topic=a/b"], "--destination-topic is invalid"),
+        (["--topic=t", "--channel=c!"], "--channel is invalid"),
+        (["--topic=t"], "--nsqd-tcp-address or --lookupd-http-address required"),
+        (["--topic=t", source], "--destination-nsqd-tcp-address required"),
+    ])
 
 
 async def test_relays_several_topics_under_their_own_names(nsqds):
@@ -155,7 +158,8 @@ def test_hostpool_passes_over_a_destination_that_fails(nsqds):
     source, destination = nsqds[0], nsqds[2]
     publish(source.http_port, "relay_pool", b"x", b"y", b"z")
     utility = relay("--topic=relay_pool", f"--nsqd-tcp-address={source.tcp_address}",
-                    "--destination-nsqd-tcp-address=127.0.0.1:1", f"--destination-nsqd-tcp-address={destination.tcp_address}",
+                    "--destination-nsqd-tcp-address=127.0.0.1:1",
+                    f"--destination-nsqd-tcp-address={destination.tcp_address}",
                     *FAST_RETRY)
     wait_until(lambda: (topic_stats(destination.http_port, "relay_pool") or {}).get("message_count") == 3,
                what="every message at the live destination")

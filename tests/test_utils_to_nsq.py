@@ -7,7 +7,8 @@ import time
 import pytest
 
 from .helpers import NsqdProcess, RawClient
-from .utils_helpers import Utility, assert_fatal, assert_go_usage, channel_stats, run_script, topic_stats, wait_until
+from .utils_helpers import (Utility, assert_all_fatal, assert_go_usage, channel_stats, publish, run_script, run_scripts,
+                            topic_stats, wait_until)
 
 USAGE = """\
   -delimiter string
@@ -42,26 +43,32 @@ async def read_bodies(nsqd: NsqdProcess, topic: str, count: int) -> list[bytes]:
 
 
 def test_help_version_and_bad_flags():
-    assert_go_usage(run_script("to_nsq", "-h"), "to_nsq", USAGE)
-    assert run_script("to_nsq", "--help").returncode == 0
-    version = run_script("to_nsq", "--version")
+    runs = run_scripts("to_nsq",
+                       ["-h"], ["--help"], ["--version"], ["-rate=fast"], ["--topics", "t"], ["-topic"],
+                       ["--producer-opt=max_in_flight,-1"])
+    assert_go_usage(runs[0], "to_nsq", USAGE)
+    assert runs[1].returncode == 0
+    version = runs[2]
     assert (version.returncode, version.stdout) == (0, "to_nsq v1.3.0\n")
-    bad = run_script("to_nsq", "-rate=fast")
+    bad = runs[3]
     assert bad.returncode == 2
     assert bad.stderr.startswith('invalid value "fast" for flag -rate: parse error\nUsage of to_nsq:\n')
-    unknown = run_script("to_nsq", "--topics", "t")
+    unknown = runs[4]
     assert (unknown.returncode, unknown.stderr.splitlines()[0]) == (2, "flag provided but not defined: -topics")
-    missing = run_script("to_nsq", "-topic")
+    missing = runs[5]
     assert (missing.returncode, missing.stderr.splitlines()[0]) == (2, "flag needs an argument: -topic")
-    opt = run_script("to_nsq", "--producer-opt=max_in_flight,-1")
+    opt = runs[6]
     assert opt.returncode == 2
-    assert opt.stderr.splitlines()[0] == 'invalid value "max_in_flight,-1" for flag -producer-opt: invalid max_in_flight ! -1 < 0'
+    assert opt.stderr.splitlines()[0] == ('invalid value "max_in_flight,-1" for flag -producer-opt: '
+                                          'invalid max_in_flight ! -1 < 0')
 
 
 def test_fatal_checks(nsqds):
-    assert_fatal(run_script("to_nsq", "--nsqd-tcp-address=127.0.0.1:1"), "--topic required")
-    assert_fatal(run_script("to_nsq", "--topic=t", "--delimiter=ab"), "--delimiter must be a single byte")
-    assert_fatal(run_script("to_nsq", "--topic=t"), "--nsqd-tcp-address required")
+    assert_all_fatal("to_nsq", [
+        (["--nsqd-tcp-address=127.0.0.1:1"], "--topic required"),
+        (["--topic=t", "--delimiter=ab"], "--delimiter must be a single byte"),
+        (["--topic=t"], "--nsqd-tcp-address required"),
+    ])
     refused = run_script("to_nsq", "-topic", "bad topic!", "-nsqd-tcp-address", nsqds[0].tcp_address, input=b"x\n")
     assert refused.returncode == 1
     assert "E_BAD_TOPIC" in refused.stderr.splitlines()[-1]

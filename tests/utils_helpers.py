@@ -4,6 +4,7 @@ the nsqd they talk to."""
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 import signal
 import subprocess
 import sys
@@ -29,6 +30,12 @@ def run_script(name: str, *args: str, input: bytes | None = None, timeout: float
     return result
 
 
+def run_scripts(name: str, *arg_lists: list[str]) -> list[subprocess.CompletedProcess]:
+    """Several runs of one utility at once (each as :func:`run_script`), in order."""
+    with ThreadPoolExecutor(len(arg_lists)) as pool:
+        return list(pool.map(lambda args: run_script(name, *args), arg_lists))
+
+
 def assert_go_usage(result: subprocess.CompletedProcess, program: str, expected_flags: str) -> None:
     """``-h`` output: Go's usage header and PrintDefaults' lines, on stderr only."""
     assert result.stdout == ""
@@ -38,7 +45,14 @@ def assert_go_usage(result: subprocess.CompletedProcess, program: str, expected_
 def assert_fatal(result: subprocess.CompletedProcess, message: str) -> None:
     """log.Fatal: one stamped line on stderr, exit status 1."""
     assert result.returncode == 1, result.stderr
-    assert re.fullmatch(GO_LOG_STAMP + " " + re.escape(message) + "\n", result.stderr.splitlines(True)[-1]), result.stderr
+    last_line = result.stderr.splitlines(True)[-1]
+    assert re.fullmatch(GO_LOG_STAMP + " " + re.escape(message) + "\n", last_line), result.stderr
+
+
+def assert_all_fatal(name: str, cases: list[tuple[list[str], str]]) -> None:
+    """Each (arguments, log.Fatal message) case, the runs made at once."""
+    for (args, message), result in zip(cases, run_scripts(name, *[args for args, _ in cases])):
+        assert_fatal(result, message)
 
 
 class Utility:
@@ -67,7 +81,8 @@ class Utility:
             if self.proc.poll() is not None and not predicate():
                 time.sleep(0.1)
                 if not predicate():
-                    raise AssertionError(f"exited {self.proc.returncode} before {what}; stderr:\n{''.join(self.stderr)}")
+                    raise AssertionError(f"exited {self.proc.returncode} before {what}; "
+                                         f"stderr:\n{''.join(self.stderr)}")
             time.sleep(0.02)
 
     def wait_for_stderr(self, text: str, timeout: float = 10.0) -> None:
