@@ -8,13 +8,16 @@ import os
 import struct
 import subprocess
 from collections import Counter
+from functools import partial
 
 import httpx
 import pytest
+import trio
 
 from .datadir import kill_leftover_servers  # noqa: F401 (an autouse fixture)
-from .datadir import Server, drain, mpub, multiset, pub, publish, receive, restart, subscribe
+from .datadir import Server, drain, mpub, multiset, pub, publish, receive, restart, subscribe, wait_until
 from .helpers import RawClient
+from .load_helpers import Ledger, drain_all, http_publisher, pipelined_publisher
 
 # bigger than a page, so each one needs new blocks from the file system
 BODY_SIZE = 8192
@@ -102,4 +105,49 @@ async def test_full_disk_fails_publishes_then_recovers(small_fs):
     # everything acknowledged comes back, and nothing that was refused
     got = await drain(server.tcp_port, "full", "c", 16)
     assert multiset(got) == Counter(acknowledged + later + [body(300)])
+    assert server.stop() == 0
+
+
+def ballast_leaving(path, free_bytes: int) -> None:
+    """A file that takes all but ``free_bytes`` of the file system's free space."""
+    stats = os.statvfs(path.parent)
+    with open(path, "wb") as handle:
+        handle.write(b"\0" * max(0, stats.f_bavail * stats.f_frsize - free_bytes))
+
+
+async def test_disk_filling_up_during_a_burst_loses_nothing_acknowledged(small_fs):
+    """Concurrent publishers (pipelined PUB, MPUB, HTTP /pub) with --sync-every=1 run the
+    disk full: they get refusals, nsqd stays up and says why, recovers when space comes
+    back, and after a restart every acknowledged message is there, none refused by a PUB."""
+    flags = ("--mem-queue-size=0", "--max-bytes-per-file=65536", "--sync-every=1")
+    server = Server(small_fs, *flags)
+    await (await subscribe(server.tcp_port, "burst", "c")).close()
+    ballast_leaving(small_fs / "ballast", 600 * 1024)
+    ledger = Ledger()
+    async with trio.open_nursery() as nursery:
+        for n in range(3):
+            nursery.start_soon(partial(pipelined_publisher, server.tcp_port, "burst", ledger, b"pub%d" % n,
+                                       window=10, size=BODY_SIZE))
+        nursery.start_soon(partial(pipelined_publisher, server.tcp_port, "burst", ledger, b"mpub", window=2,
+                                   batch=4, size=BODY_SIZE))
+        nursery.start_soon(partial(http_publisher, server.http_port, "burst", ledger, b"http", size=BODY_SIZE))
+        await wait_until(lambda: len(ledger.refused) >= 10, timeout=10, what="refusals")
+        nursery.cancel_scope.cancel()
+    assert len(ledger.acknowledged) > 20
+    http = httpx.Client(base_url=server.http)
+    ping = http.get("/ping")
+    assert ping.status_code == 500 and "No space left on device" in ping.text
+
+    os.remove(small_fs / "ballast")
+    later = ledger.bodies(b"later", 5, BODY_SIZE)
+    await publish(server.tcp_port, "burst", later)
+    assert http.get("/ping").text == "OK"
+    http.close()
+
+    server = restart(server, *flags)
+    delivered = await drain_all(server.tcp_port, "burst")
+    assert len(delivered) == len(set(delivered))
+    assert ledger.acknowledged | set(later) <= set(delivered)
+    refused_pubs = {body for body in ledger.refused if not body.startswith(b"mpub")}
+    assert not refused_pubs & set(delivered)
     assert server.stop() == 0

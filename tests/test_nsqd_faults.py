@@ -7,11 +7,22 @@ trio.CapacityLimiter, which hands a released thread to the first task waiting fo
 The other tests run real nsqd processes.
 """
 
+import itertools
+import os
+import signal
+import socket
+import struct
+from functools import partial
+
 import httpx
 import trio
 
-from .datadir import mpub, pub
+from common.commands import MAGIC_V2, Fin, Nop, Rdy, Sub
+
+from .datadir import kill_leftover_servers  # noqa: F401 (an autouse fixture)
+from .datadir import Server, dpub, mpub, pub, subscribe, wait_until
 from .helpers import RawClient
+from .load_helpers import Ledger, consume, drain_all, http_publisher, pipelined_publisher
 
 
 async def first_publish(nsqd, topic: str) -> None:
@@ -137,3 +148,156 @@ async def test_default_sync_every_answers_without_waiting(start_nsqd):
     finally:
         gate.open()
     assert nsqd.topics["quick"].queue.backend.depth == 6
+
+
+TOPIC = "faults"
+
+
+# -- kill -9 while publishing with --sync-every=1 ----------------------------------------------
+
+async def test_kill_9_while_publishing_loses_no_acknowledged_message(tmp_path):
+    """Channel "kept" has no consumer: every acknowledged message is in its disk queue.
+    Channel "live" is consumed (RDY 5): a message in flight when nsqd dies is lost, as in
+    NSQ, so at most 5 acknowledged messages may be missing there."""
+    flags = ("--mem-queue-size=0", "--sync-every=1")
+    server = Server(tmp_path, *flags)
+    await (await subscribe(server.tcp_port, TOPIC, "kept")).close()
+    ledger, received = Ledger(), []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(consume, server.tcp_port, TOPIC, "live", received, rdy=5))
+        await wait_until(lambda: "live" in httpx.get(server.http + "/stats").text, what="the live channel")
+        for n in range(3):
+            nursery.start_soon(pipelined_publisher, server.tcp_port, TOPIC, ledger, b"pub%d" % n)
+        nursery.start_soon(partial(pipelined_publisher, server.tcp_port, TOPIC, ledger, b"mpub", window=5, batch=10))
+        nursery.start_soon(http_publisher, server.http_port, TOPIC, ledger, b"http")
+        await wait_until(lambda: len(ledger.acknowledged) > 1000, timeout=10, what="publishing under way")
+        os.kill(server.proc.pid, signal.SIGKILL)
+    assert server.proc.wait(timeout=5) == -signal.SIGKILL
+    assert not ledger.refused
+
+    server = Server(tmp_path, *flags)
+    kept = set(await drain_all(server.tcp_port, TOPIC, "kept"))
+    assert ledger.acknowledged <= kept, f"{len(ledger.acknowledged - kept)} acknowledged messages lost"
+    live = set(received) | set(await drain_all(server.tcp_port, TOPIC, "live"))
+    assert len(ledger.acknowledged - live) <= 5
+    assert server.stop() == 0
+
+
+# -- SIGTERM with 50,000 messages in motion ----------------------------------------------------
+
+async def test_sigterm_with_50000_messages_in_motion_loses_none(tmp_path):
+    """Queued in memory, in flight, deferred (REQ with a delay, DPUB), and a publisher still
+    publishing when the signal comes: after the restart every acknowledged message is there."""
+    flags = ("--mem-queue-size=100000",)
+    server = Server(tmp_path, *flags)
+    holder = await subscribe(server.tcp_port, TOPIC, "c")
+    ledger = Ledger()
+    publisher = await RawClient.connect(server.tcp_port)
+    queued, deferred = ledger.bodies(b"queued", 48_000), ledger.bodies(b"deferred", 500)
+    await publisher.send(b"".join(mpub(TOPIC, queued[n:n + 1000]) for n in range(0, 48_000, 1000)))
+    await publisher.send(b"".join(dpub(TOPIC, 60_000, body) for body in deferred))
+    for _ in range(48 + 500):
+        assert await publisher.read_response() == b"OK"
+    ledger.acknowledged.update(queued + deferred)
+    await holder.send(b"RDY 2000\n")
+    in_flight = [await holder.read_message() for _ in range(2000)]
+    await holder.send(b"RDY 0\n" + b"".join(b"REQ %s 60000\n" % message.id for message in in_flight[:500]))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(pipelined_publisher, server.tcp_port, TOPIC, ledger, b"live", window=50))
+        await wait_until(lambda: len(ledger.acknowledged) > 48_500 + 1000, what="the live publisher under way")
+        stats = httpx.get(server.http + "/stats", params={"format": "json", "topic": TOPIC}).json()
+        [channel] = stats["topics"][0]["channels"]
+        assert channel["in_flight_count"] == 1500 and channel["deferred_count"] == 1000
+        assert channel["depth"] > 46_000
+        assert server.signal(signal.SIGTERM) == 0
+    await holder.assert_closed()
+
+    server = Server(tmp_path, *flags)
+    delivered = await drain_all(server.tcp_port, TOPIC)
+    assert not ledger.refused
+    assert ledger.acknowledged <= set(delivered), f"{len(ledger.acknowledged - set(delivered))} lost"
+    assert set(delivered) - ledger.acknowledged <= {body for body in delivered if body.startswith(b"live-")}
+    assert server.stop() == 0
+
+
+# -- clients that stop reading, leave mid-command, flood: nobody else slows down ----------------
+
+async def stuck_consumer(port: int, channel: str) -> trio.SocketStream:
+    """SUB with RDY 2500 on a socket with a tiny receive buffer, never read."""
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    await sock.connect(("127.0.0.1", port))
+    stream = trio.SocketStream(sock)
+    await stream.send_all(MAGIC_V2 + Sub(TOPIC, channel).to_bytes() + Rdy(2500).to_bytes())
+    return stream
+
+
+async def flood_without_reading(port: int, seconds: float) -> None:
+    """RDY, FIN (of unknown ids: each answered E_FIN_FAILED) and NOP as fast as nsqd takes them."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    commands = [Rdy(n % 2500).to_bytes() + Fin(b"%016x" % n).to_bytes() + Nop().to_bytes() for n in range(1000)]
+    flood = MAGIC_V2 + Sub(TOPIC, "flood").to_bytes() + b"".join(commands)
+    with trio.move_on_after(seconds):
+        await stream.send_all(flood)
+        while True:
+            await stream.send_all(b"".join(commands))
+    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    await stream.aclose()
+
+
+async def leave_mid_command(port: int, seconds: float) -> int:
+    """Connect, send part of an MPUB, go (half with a reset); again and again."""
+    half_mpub = mpub(TOPIC, [b"never"] * 50)[:200]
+    with trio.move_on_after(seconds):
+        for count in itertools.count():
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            await stream.send_all(MAGIC_V2 + half_mpub)
+            if count % 2:
+                stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await stream.aclose()
+            await trio.sleep(0.01)
+
+
+async def test_stuck_and_hostile_clients_slow_neither_other_channels_nor_publishers(tmp_path):
+    server = Server(tmp_path)
+    body = b"x" * 4096  # 2,500 of these are far more than the stuck consumer's socket buffers hold
+    stuck = await stuck_consumer(server.tcp_port, "stuck")
+    live: list[bytes] = []
+    latencies: list[float] = []
+    published = 0
+
+    async def publisher(index: int) -> None:
+        nonlocal published
+        client = await RawClient.connect(server.tcp_port)
+        for batch in range(80):
+            started = trio.current_time()
+            await client.send(mpub(TOPIC, [b"%d-%d-%d" % (index, batch, n) + body for n in range(20)]))
+            assert await client.read_response() == b"OK"
+            latencies.append(trio.current_time() - started)
+            published += 20
+        await client.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consume, server.tcp_port, TOPIC, "live", live)
+        await wait_until(lambda: "live" in str(httpx.get(server.http + "/stats").text), what="live consumer")
+        nursery.start_soon(flood_without_reading, server.tcp_port, 4.0)
+        nursery.start_soon(leave_mid_command, server.tcp_port, 4.0)
+        started = trio.current_time()
+        async with trio.open_nursery() as publishers:
+            for index in range(2):
+                publishers.start_soon(publisher, index)
+        publish_time = trio.current_time() - started
+        await wait_until(lambda: len(live) == published, timeout=3, what="the live channel has every message")
+        lag = trio.current_time() - started - publish_time
+        stats = httpx.get(server.http + "/stats", params={"format": "json", "topic": TOPIC}).json()
+        channels = {channel["channel_name"]: channel for channel in stats["topics"][0]["channels"]}
+        assert channels["stuck"]["in_flight_count"] == 2500
+        assert channels["stuck"]["depth"] == published - 2500  # held for the stuck consumer, nobody waits
+        assert httpx.get(server.http + "/ping").text == "OK"
+        nursery.cancel_scope.cancel()
+    latencies.sort()  # the flood costs nsqd a fraction of a second before it stops reading it
+    assert latencies[-1] < 2.0 and latencies[len(latencies) * 9 // 10] < 0.25, latencies
+    assert publish_time < 8.0 and lag < 2.0
+    assert len(set(live)) == published
+    await stuck.aclose()
+    assert server.stop() == 0

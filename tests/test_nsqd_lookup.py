@@ -1,5 +1,6 @@
 """nsqd's lookupLoop against a real nsqlookupd: every process real, talking over loopback."""
 
+import itertools
 import signal
 import socket
 import time
@@ -8,7 +9,10 @@ import httpx
 import pytest
 import trio
 
-from .datadir import Server, kill_leftover_servers, publish, subscribe  # noqa: F401 (fixture)
+from nsqclient.consumer import Consumer
+
+from .datadir import Server, kill_leftover_servers, mpub, publish, subscribe  # noqa: F401 (fixture)
+from .helpers import RawClient
 from .lookupd_helpers import LookupdProcess
 
 
@@ -225,3 +229,65 @@ def test_pynsq_reader_discovers_both_nsqd_through_lookupd(tmp_path, lookupd):
     io_loop.close(all_fds=True)
     asyncio.set_event_loop(None)
     assert received == {b"from-%d-%d" % (n, i) for n in (1, 2) for i in range(50)}
+
+
+async def test_lookupd_killed_and_restarted_under_load(tmp_path):
+    """nsqlookupd dies (SIGKILL) while two nsqd take messages and a consumer found them through
+    it: the consumer keeps consuming from the nsqd it knows, and once nsqlookupd is back on
+    its address both nsqd have registered everything again. Nothing acknowledged is lost."""
+    tcp_port, http_port = free_port(), free_port()
+    ports = (f"--tcp-address=127.0.0.1:{tcp_port}", f"--http-address=127.0.0.1:{http_port}")
+    lookupd = LookupdProcess(*ports)
+    nsqds = [start_nsqd(tmp_path, name, tcp_port) for name in ("n1", "n2")]
+    await trio.sleep(0.5)
+    acknowledged: set[bytes] = set()
+    received: set[bytes] = set()
+
+    async def publish_steadily(port: int, prefix: bytes) -> None:
+        client = await RawClient.connect(port)
+        for batch in itertools.count():
+            bodies = [b"%s-%d-%d" % (prefix, batch, n) for n in range(10)]
+            await client.send(mpub("load", bodies))
+            assert await client.read_response() == b"OK"
+            acknowledged.update(bodies)
+            await trio.sleep(0.01)
+
+    async def handler(message) -> None:
+        received.add(message.body)
+
+    async def everything_registered() -> bool:
+        answer = await lookup(http_port, "load")
+        other = await lookup(http_port, "side")
+        return (answer is not None and producer_ports(answer) == {nsqd.tcp_port for nsqd in nsqds}
+                and answer["channels"] == ["c"] and producer_ports(other) == {nsqds[1].tcp_port})
+
+    try:
+        await publish(nsqds[1].tcp_port, "side", [b"a topic of n2 only"])
+        async with trio.open_nursery() as nursery:
+            for nsqd, prefix in zip(nsqds, (b"n1", b"n2")):
+                nursery.start_soon(publish_steadily, nsqd.tcp_port, prefix)
+            async with Consumer("load", "c", handler, lookupd_http_addresses=[f"127.0.0.1:{http_port}"],
+                                max_in_flight=100, lookupd_poll_interval=0.5) as consumer:
+                async def consuming_from_both() -> bool:
+                    return len(consumer.connections) == 2 and {body[:2] for body in received} == {b"n1", b"n2"}
+
+                async def all_consumed() -> bool:
+                    return acknowledged <= received
+
+                await wait_for(consuming_from_both, 5, "consumer on both nsqd")
+                await wait_for(everything_registered, 5, "registrations before the kill")
+
+                assert lookupd.stop(signal.SIGKILL) == -signal.SIGKILL
+                at_kill = set(received)
+                await trio.sleep(1.0)  # the consumer polls the dead lookupd meanwhile
+                meanwhile = received - at_kill
+                assert {body[:2] for body in meanwhile} == {b"n1", b"n2"} and len(meanwhile) > 200
+                assert len(consumer.connections) == 2
+
+                lookupd = LookupdProcess(*ports)
+                await wait_for(everything_registered, 6, "every registration back after the restart")
+                nursery.cancel_scope.cancel()
+                await wait_for(all_consumed, 5, "every acknowledged message consumed")
+                assert len(consumer.connections) == 2
+    finally:
+        lookupd.stop()
