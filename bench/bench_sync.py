@@ -5,9 +5,10 @@
 Every message goes through a disk queue (--mem-queue-size=0, a topic without channels).
 Each of --connections worker processes plays --publishers concurrent publishers sharing
 its connection, as goroutines share a go-nsq Producer: each keeps one PUB outstanding
-(--batch-size > 1: one MPUB) and sends the next when its OK arrives. A fresh nsqd per run;
-the fsyncs it makes (fsync + fdatasync system calls, counted by ``perf stat`` on its
-process) are reported beside msgs/s and its CPU seconds. Medians of --runs.
+(--batch-size > 1: one MPUB) and sends the next when its OK arrives. A fresh nsqd per run,
+the two modes taking turns; the fsyncs it makes (fsync + fdatasync system calls, counted
+by ``perf stat`` on its process) are reported beside msgs/s and its CPU seconds. Medians
+of --runs.
 """
 
 import argparse
@@ -108,14 +109,16 @@ def main() -> None:
     modes = {"default --sync-every (2500)": [], "--sync-every=1": ["--sync-every=1"]}
     print(f"{args.connections} connections x {args.publishers} publishers, {args.size}-byte messages, "
           f"{'PUB' if args.batch_size == 1 else f'MPUB of {args.batch_size}'}, --mem-queue-size=0, "
-          f"medians of {args.runs} runs of {args.runfor}")
-    for name, flags in modes.items():
-        runs = [one_run(flags, args) for _ in range(args.runs)]
-        rates, fsyncs, cpu = (median_or_none([run[i] for run in runs]) for i in range(3))
+          f"medians of {args.runs} runs of {args.runfor} (the modes take turns)")
+    runs: dict[str, list] = {name: [] for name in modes}
+    for _ in range(args.runs):
+        for name, flags in modes.items():
+            runs[name].append(one_run(flags, args))
+    for name, results in runs.items():
+        rates, fsyncs, cpu = (median_or_none([result[i] for result in results]) for i in range(3))
         fsync_text = "n/a (no perf)" if fsyncs is None else f"{fsyncs:,.0f}"
         print(f"{name:28} {rates:>10,.0f} msgs/s  {fsync_text:>8} fsyncs/s  nsqd CPU {cpu:.1f}s  "
-              f"(runs: {', '.join(f'{run[0]:,.0f}' for run in runs)} msgs/s)")
-
+              f"(runs: {', '.join(f'{result[0]:,.0f}' for result in results)} msgs/s)")
 
 if __name__ == "__main__":
     main()
