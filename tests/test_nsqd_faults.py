@@ -115,6 +115,41 @@ async def test_publish_is_answered_only_after_a_round_that_began_after_its_write
     await http.aclose()
 
 
+async def test_a_failed_fsync_fails_the_publishes_that_waited_for_it(start_nsqd, tmp_path):
+    """A new data file's round also fsyncs the data directory; with the directory moved away
+    meanwhile, that fails, and so do the publishes waiting for the round."""
+    data = tmp_path / "data"
+    data.mkdir()
+    nsqd = await start_nsqd(sync_every=1, mem_queue_size=0, data_path=str(data))
+    client = await RawClient.connect(nsqd.tcp_port)
+    gate = ThreadGate(nsqd)
+    await gate.close()
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{nsqd.http_port}") as http:
+            async with trio.open_nursery() as nursery:
+                upcoming = nsqd.group_commit.upcoming
+                await client.send(pub("fresh", b"x") + pub("fresh", b"y"))
+                await round_begun(nsqd, upcoming)
+                refused = []
+
+                async def http_publish() -> None:
+                    refused.append(await http.post("/pub", params={"topic": "fresh2"}, content=b"z"))
+
+                nursery.start_soon(http_publish)
+                await wait_until(lambda: "fresh2" in nsqd.topics, what="the HTTP publish written")
+                data.rename(tmp_path / "moved")
+                gate.open()
+                assert await client.read_error() == b"E_PUB_FAILED PUB failed No such file or directory"
+                await client.assert_closed()
+            assert (refused[0].status_code, refused[0].json()) == (503, {"message": "EXITING"})
+            (tmp_path / "moved").rename(data)
+            assert (await http.get("/ping")).text.startswith("NOK - ")
+            assert (await http.post("/pub", params={"topic": "fresh"}, content=b"again")).status_code == 200
+            assert (await http.get("/ping")).text == "OK"
+    finally:
+        gate.open()
+
+
 async def test_pipelined_publishes_share_fsyncs_and_answers_keep_their_order(start_nsqd):
     nsqd = await start_nsqd(sync_every=1, mem_queue_size=0)
     await first_publish(nsqd, "piped")
