@@ -88,6 +88,7 @@ class NSQD:
                 await self._start_listeners(nursery)
                 self.lookup.set_addresses(self.opts.lookupd_tcp_address)
                 nursery.start_soon(self._sync_loop)
+                nursery.start_soon(self._queue_meta_loop)
                 nursery.start_soon(self._metadata_loop)
                 if self.opts.statsd_address:
                     nursery.start_soon(statsd.run, self)
@@ -322,25 +323,24 @@ class NSQD:
         """fsync disk queues in worker threads, in rounds: after --sync-every operations, or
         every --sync-timeout for a queue with any unsynced operation. A round snapshots its
         queues at once, fsyncs them and ends the waits of the publishers it covers
-        (nsqd/group_commit.py); their metadata is written meanwhile by its own task, the
-        newest snapshot of each queue, so publishers wait for the data's fsync only."""
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._queue_meta_loop)
-            while True:
-                with trio.move_on_after(self.opts.sync_timeout):
-                    await self._sync_wanted.wait()
-                self._sync_wanted = trio.Event()
-                due = self._sync_due or {queue for queue in self._diskqueues if queue.writes_since_sync}
-                self._sync_due = set()
-                sync_round = self.group_commit.begin_round()
-                jobs = [queue.prepare_sync() for queue in due if queue in self._diskqueues]
-                flushed, errors = await self._in_threads(SyncJob.flush, jobs, self.sync_limiter)
-                self.group_commit.end_round(sync_round, errors[0] if errors else None)
-                for job in flushed:
-                    self._queue_meta_due[job.queue] = job
-                self._queue_meta_wanted.set()
+        (nsqd/group_commit.py); their metadata is written meanwhile by ``_queue_meta_loop``,
+        so publishers wait for the data's fsync only."""
+        while True:
+            with trio.move_on_after(self.opts.sync_timeout):
+                await self._sync_wanted.wait()
+            self._sync_wanted = trio.Event()
+            due = self._sync_due or {queue for queue in self._diskqueues if queue.writes_since_sync}
+            self._sync_due = set()
+            sync_round = self.group_commit.begin_round()
+            jobs = [queue.prepare_sync() for queue in due if queue in self._diskqueues]
+            flushed, errors = await self._in_threads(SyncJob.flush, jobs, self.sync_limiter)
+            self.group_commit.end_round(sync_round, errors[0] if errors else None)
+            for job in flushed:
+                self._queue_meta_due[job.queue] = job
+            self._queue_meta_wanted.set()
 
     async def _queue_meta_loop(self) -> None:
+        """Write each disk queue's newest fsynced metadata snapshot, one write at a time."""
         limiter = trio.CapacityLimiter(1)
         while True:
             await self._queue_meta_wanted.wait()
