@@ -24,6 +24,7 @@ from serving.v1 import error_parts
 from .api import AdminAPI
 from .guard import SAFE_METHODS, is_cross_site
 from .pages import Pages
+from .tail import LiveTail
 
 log = logging.getLogger("nsqadmin")
 
@@ -59,6 +60,7 @@ def build_app(admin):
     opts = admin.opts
     api = AdminAPI(admin)
     pages = Pages(admin)
+    tail = LiveTail(admin)
     table = [
         ("GET", "/ping", ping),
         ("GET", "/", pages.topics),
@@ -87,6 +89,7 @@ def build_app(admin):
         ("GET", "/api/graphite", api.graphite),
         ("GET", "/api/rollups", api.rollups),
         ("GET", "/api/health", api.health),
+        ("GET", "/api/tail/{topic}", tail.stream),
         ("GET", "/config/{opt}", api.config),
         ("PUT", "/config/{opt}", api.config),
     ]

@@ -199,7 +199,7 @@ class Pages:
         history = await self._panel(request, lambda window, since: self.history.topic_series(window, name, since))
         return self._render(request, "topic.html", page="topics", warnings=shown.errors, topic_name=name,
                             topic=shown.data, current=current, health={e["channel"]: e for e in health.get(name, [])},
-                            history=history)
+                            history=history, live_tail=self.opts.enable_live_tail and is_admin(request, self.opts))
 
     async def channel(self, request: Request) -> Response:
         topic_name, channel_name = request.path_params["topic"], request.path_params["channel"]
