@@ -2,7 +2,9 @@
 
 Theory of operation: each GET of ``/api/tail/{topic}`` subscribes with nsqclient to the
 topic on a channel of its own, ``nsqadmin_tail_<random>#ephemeral``, on every nsqd that produces
-the topic (found as the topic page finds them). Every message received is finished at once, so
+the topic (found as the topic page finds them) and has a channel of it already: where a topic has
+no channel, nsqd keeps its messages for the first one, and a tail must not take them (409
+TOPIC_HAS_NO_CHANNELS when no nsqd has one). Every message received is finished at once, so
 the tail never holds messages back from nsqd. At most ``RATE`` messages a second (a token
 bucket of ``RATE`` tokens) become ``message`` events; the rest are dropped and counted, and the
 count goes out in every event and in a ``dropped`` event when it grows. A body is cut to
@@ -31,7 +33,7 @@ from serving.starlette_v1 import response
 
 from .clusterinfo import UpstreamFailure
 from .guard import is_admin, is_cross_site
-from .producers import tcp_address
+from .producers import http_address, tcp_address
 
 log = logging.getLogger("nsqadmin")
 
@@ -170,15 +172,25 @@ class LiveTail:
             return response(error_parts(403, "FORBIDDEN"))
         topic = request.path_params["topic"]
         try:
-            found = await self.admin.ci.topic_producers(topic)
+            nsqds = await self._tailable_nsqds(topic)
         except UpstreamFailure as exc:
             if exc.codes == {"TOPIC_NOT_FOUND"}:
                 return response(error_parts(404, "TOPIC_NOT_FOUND"))
             return response(error_parts(502, str(exc)))
-        nsqds = sorted({tcp_address(p) for p in found.value})
         if not nsqds:
-            return response(error_parts(404, "TOPIC_NOT_FOUND"))
+            return response(error_parts(409, "TOPIC_HAS_NO_CHANNELS"))
         try:
             return TailStream(topic, nsqds)
         except NSQError as exc:
             return response(error_parts(400, str(exc)))
+
+    async def _tailable_nsqds(self, topic: str) -> list[str]:
+        """TCP addresses of the producers whose copy of ``topic`` has a channel already.
+
+        On an nsqd where the topic has none, the topic holds its messages for the first channel
+        to come: a tail channel there would take them from it, so that nsqd is left out.
+        """
+        producers = (await self.admin.ci.topic_producers(topic)).value
+        rows = (await self.admin.ci.nsqd_stats(producers, topic, include_clients=False)).value
+        with_channels = {row["node"] for row in rows if row["channels"]}
+        return sorted(tcp_address(p) for p in producers if http_address(p) in with_channels)

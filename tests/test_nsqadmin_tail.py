@@ -100,8 +100,27 @@ def test_unknown_topic_and_cross_site_requests_are_refused(cluster):
     assert answer.status_code == 403
 
 
+def test_a_topic_holding_messages_for_its_first_channel_is_not_tailed(cluster):
+    topic_on(cluster, "tail_waiting", counts=(3, 0))
+    answer = httpx.get(f"{cluster.admin.url}/api/tail/tail_waiting")
+    assert answer.status_code == 409
+    assert answer.json() == {"message": "TOPIC_HAS_NO_CHANNELS"}
+    assert nsqd_stats(cluster, 0, "tail_waiting")["depth"] == 3
+    page = httpx.get(f"{cluster.admin.url}/topics/tail_waiting").text
+    assert 'id="tail-unavailable"' in page and 'id="tail-toggle"' not in page
+    assert httpx.post(f"http://127.0.0.1:{cluster.nsqds[1].http_port}/channel/create",
+                      params={"topic": "tail_waiting", "channel": "kept"}).status_code == 200
+    tail = Tail(cluster.admin.url, "tail_waiting")
+    try:
+        assert tail.ready["nsqd"] == [f"127.0.0.1:{cluster.nsqds[1].tcp_port}"]
+        assert nsqd_stats(cluster, 0, "tail_waiting")["depth"] == 3
+        assert channels_on(cluster, 0, "tail_waiting") == []
+    finally:
+        tail.close()
+
+
 def test_messages_of_every_nsqd_arrive_with_bodies_intact_hex_or_cut(cluster):
-    topic_on(cluster, "tail_flow", counts=(0, 0))
+    topic_on(cluster, "tail_flow", "kept", counts=(0, 0))
     tail = Tail(cluster.admin.url, "tail_flow")
     try:
         channel = tail.ready["channel"]
@@ -124,15 +143,15 @@ def test_messages_of_every_nsqd_arrive_with_bodies_intact_hex_or_cut(cluster):
         assert hexed["nsqd"] == f"127.0.0.1:{cluster.nsqds[1].tcp_port}"
         cut = by_size[len(long_body)]
         assert cut["truncated"] and cut["body_text"] == "é" * (MAX_BODY // 2)
-        wait_for(lambda: nsqd_stats(cluster, 0, "tail_flow")["channels"][0]["depth"] == 0
-                 and nsqd_stats(cluster, 0, "tail_flow")["channels"][0]["in_flight_count"] == 0,
+        wait_for(lambda: all(c["depth"] == 0 and c["in_flight_count"] == 0 and c["message_count"] == 2
+                             for c in nsqd_stats(cluster, 0, "tail_flow")["channels"] if c["channel_name"] == channel),
                  what="the tail finished what it received")
     finally:
         tail.close()
 
 
 def test_past_20_a_second_messages_are_dropped_and_counted(cluster):
-    topic_on(cluster, "tail_burst", counts=(0,))
+    topic_on(cluster, "tail_burst", "kept", counts=(0,))
     tail = Tail(cluster.admin.url, "tail_burst")
     try:
         body = b"\n".join(b"burst %d" % i for i in range(300))

@@ -6,7 +6,7 @@
 (function () {
   const MAX_SHOWN = 200;
   const panel = document.getElementById("live-tail");
-  if (!panel) return;
+  if (!panel || !document.getElementById("tail-toggle")) return;
   const list = document.getElementById("tail-messages");
   const status = document.getElementById("tail-status");
   const dropped = document.getElementById("tail-dropped");
