@@ -109,7 +109,7 @@ class TailStream(Response):
         log.info("TAIL: %s on channel %s of %s", self.topic, self.channel, ", ".join(self.nsqds))
         async with anyio.create_task_group() as group:
             group.start_soon(self._until_disconnect, receive, group.cancel_scope)
-            await group.start(self._consume)
+            await group.start(self.consumer.run)
             group.start_soon(self._tick)
             await self.send_events.send(sse("ready", {"topic": self.topic, "channel": self.channel,
                                                      "nsqd": self.nsqds, "max_body": MAX_BODY, "rate": RATE}))
@@ -127,15 +127,6 @@ class TailStream(Response):
         except anyio.WouldBlock:
             self.dropped += 1
 
-    async def _consume(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
-        """Run the consumer (started once its first connections are subscribed), stop it when cancelled."""
-        try:
-            await self.consumer.run(task_status=task_status)
-        finally:
-            self.consumer.stop()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_SECONDS):
-                await self.consumer.wait_stopped()
-
     async def _tick(self) -> None:
         """Once a second: the drop count if it grew, else a comment that keeps proxies from timing out."""
         told = 0
@@ -147,10 +138,13 @@ class TailStream(Response):
             else:
                 await self.send_events.send(b": idle\n\n")
 
-    @staticmethod
-    async def _until_disconnect(receive, scope: anyio.CancelScope) -> None:
+    async def _until_disconnect(self, receive, scope: anyio.CancelScope) -> None:
+        """When the browser goes: stop the consumer (CLS, then close once nothing is in flight), end the stream."""
         while (await receive())["type"] != "http.disconnect":
             pass
+        self.consumer.stop()
+        with anyio.move_on_after(STOP_SECONDS):
+            await self.consumer.wait_stopped()
         scope.cancel()
 
 
