@@ -6,6 +6,8 @@ import asyncio
 import logging
 import os
 import re
+import socket
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,10 +18,9 @@ import pytest
 
 from nsqadmin.history.layout import RAW_SCHEMA, raw_dir, raw_partition, rollups_dir, visible_files
 from nsqadmin.history.raw_rows import PollRows, go_float_text
-from nsqadmin.history.raw_writer import RawWriter
-from nsqadmin.clusterinfo import Answer
-from nsqadmin.history.recorder import FLUSH_SECONDS, LISTING_SECONDS, Recorder
-from nsqadmin.history.stats_fetcher import FetchError
+from nsqadmin.history.raw_writer import STALE_SECONDS, RawWriter
+from nsqadmin.history.recorder import FLUSH_SECONDS, LISTING_SECONDS, STATS_PATH
+from nsqadmin.history.stats_fetcher import StatsFetcher
 from nsqadmin.nsqadmin import NSQAdmin
 from nsqadmin.options import default_options
 
@@ -27,6 +28,7 @@ from .admin_helpers import AdminProcess, Cluster, Consumer, RecordingEndpoint, S
     publish, topic_on, wait_for
 from .feature_helpers import Certificates
 from .helpers import NsqdProcess
+from .lookupd_helpers import LookupdProcess
 
 INTERVAL_US = 200_000
 RAW_FILE_NAME = re.compile(r"\d{8}T\d{6}-[0-9a-f]{8}\.parquet")
@@ -161,17 +163,18 @@ def test_when_no_nsqd_answers_only_missing_rows_are_recorded_with_a_warning(tmp_
     assert admin.log().count("WARNING: stats: no nsqd answered; recording 1 node(s) as missing") == 1
 
 
-def test_an_answer_that_is_not_nsqds_stats_is_a_missing_node(tmp_path):
+@pytest.mark.parametrize("depth, why", [("deep", "Expected `int`, got `str` - at `$.topics[0].depth`"),
+                                        (2**63, "Expected `int` <= 9223372036854775807 - at `$.topics[0].depth`")])
+def test_an_answer_that_is_not_nsqds_stats_is_a_missing_node(tmp_path, depth, why):
     fake = RecordingEndpoint(lambda path: (200, {"broadcast_address": "127.0.0.1", "http_port": 1}
-                                           if path == "/info" else {"topics": [{"topic_name": "t", "depth": "deep"}]}))
+                                           if path == "/info" else {"topics": [{"topic_name": "t", "depth": depth}]}))
     admin = AdminProcess(f"--nsqd-http-address={fake.address}", *recording(tmp_path))
     time.sleep(0.5)
     assert admin.stop() == 0
     fake.close()
     rows = raw_rows(tmp_path)
     assert rows and all(row["missing"] and row["node"] == "127.0.0.1:1" for row in rows)
-    assert ("stats: 127.0.0.1:1: its answer is not nsqd's: Expected `int`, got `str` - at `$.topics[0].depth`"
-            in admin.log())
+    assert f"stats: 127.0.0.1:1: its answer is not nsqd's: {why}" in admin.log()
 
 
 def test_a_slow_poll_skips_the_ticks_it_missed(tmp_path):
@@ -206,6 +209,55 @@ def test_nsqd_requiring_tls_is_recorded_over_https(tmp_path):
         nsqd.stop()
     rows = raw_rows(tmp_path / "stats")
     assert rows and all(not row["missing"] and row["node"] == node and row["topic"] == "secure" for row in rows)
+
+
+class ForgetfulServer:
+    """A real HTTP server on loopback that answers the first GET on a connection (keep-alive), then
+    closes the connection when the next GET comes: nsqd closing an idle connection as a GET goes out."""
+
+    def __init__(self, body: bytes):
+        self.body = body
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            self.connections += 1
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                                   % (len(self.body), self.body))
+                connection.recv(65536)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_get_lost_with_its_keep_alive_connection_is_asked_again_on_a_new_one():
+    """Each poll's GET on the kept connection is lost and asked again on a new one, within the poll;
+    a node that refuses is its own error beside it."""
+    server, closed = ForgetfulServer(b'{"topics": []}'), closed_port_address()
+
+    async def three_polls() -> list[list]:
+        fetcher = StatsFetcher(connect_timeout=2.0, request_timeout=5.0)
+        try:
+            return [await fetcher.get_all([server.address, closed], STATS_PATH) for _ in range(3)]
+        finally:
+            fetcher.close()
+
+    try:
+        polls = asyncio.run(three_polls())
+    finally:
+        server.close()
+    assert [answers[0] for answers in polls] == [b'{"topics": []}'] * 3
+    assert all(str(answers[1]).endswith(f"dial tcp {closed}: connect: connection refused") for answers in polls)
+    assert server.connections == 3
 
 
 def test_without_scheduled_rollups_the_recorder_flushes_on_its_own(recorded, tmp_path):
@@ -268,58 +320,88 @@ def test_scheduled_rollups_run_the_job_in_a_process_of_its_own(recorded, tmp_pat
     assert "Traceback" not in admin.log()
 
 
-class ListingCluster:
-    """A ClusterInfo whose one lookupd lists ``nodes``, counting the listings."""
-
-    def __init__(self, *nodes: str):
-        self.lookupds, self.nsqds = ["lookupd:4161"], []
-        self.nodes = list(nodes)
-        self.listings = 0
-
-    async def lookupd_producers(self) -> Answer:
-        self.listings += 1
-        return Answer([{"broadcast_address": node.split(":")[0], "http_port": int(node.split(":")[1])}
-                       for node in self.nodes])
-
-
-class AnsweringNodes:
-    """A StatsFetcher whose nodes answer an empty /stats, but those in ``down``."""
-
-    def __init__(self):
-        self.down: set[str] = set()
-        self.connects: dict[str, int] = {}
-
-    async def get(self, address: str, path: str) -> bytes:
-        if address in self.down:
-            raise FetchError(f'Get "http://{address}{path}": EOF')
-        return b'{"topics": [{"topic_name": "t"}]}'
-
-
 def test_the_lookupds_are_asked_again_when_the_listing_is_old_or_a_node_failed(tmp_path):
-    """Listed at the first poll, again at the second (the listing changed from none), then only
-    once LISTING_SECONDS old; and at the poll after one where a node did not answer, and the
-    one after that (the listing changed)."""
-    cluster, fetcher = ListingCluster("a:1", "b:2"), AnsweringNodes()
-    recorder = Recorder(cluster, fetcher, RawWriter(tmp_path), interval=10, flush_every=None)
-    listings = []
-
-    async def poll_at(seconds: int) -> None:
-        await recorder.poll(1_700_000_000_000_000 + seconds * 1_000_000)
-        listings.append(cluster.listings)
-
-    async def scenario() -> None:
-        for seconds in range(0, 10 + LISTING_SECONDS + 1, 10):
-            await poll_at(seconds)
-        fetcher.down.add("b:2")
-        cluster.nodes.remove("b:2")
-        await poll_at(50)
-        await poll_at(60)
-        await poll_at(70)
-        await poll_at(80)
-
-    asyncio.run(scenario())
+    """A real nsqlookupd and two real nsqd: listed at the first poll, again at the second (the listing
+    changed from none), then only once LISTING_SECONDS old; and at the poll after one where a node
+    did not answer (nsqd b stopped), and the one after that (the listing changed). The polls' ticks
+    are given, 10 s apart, so the test takes the time of its processes, not of LISTING_SECONDS."""
+    lookupd = LookupdProcess("--broadcast-address=127.0.0.1")
+    nsqds = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        nsqds.append(NsqdProcess(f"--data-path={tmp_path / name}", "--broadcast-address=127.0.0.1",
+                                 f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}"))
+    lookupd_http = f"http://127.0.0.1:{lookupd.http_port}"
+    try:
+        for nsqd in nsqds:
+            assert httpx.post(f"http://127.0.0.1:{nsqd.http_port}/topic/create", params={"topic": "t"}).is_success
+        wait_for(lambda: len(httpx.get(f"{lookupd_http}/nodes").json()["producers"]) == 2, what="2 nsqd registered")
+        listings = asyncio.run(listings_at_each_poll(lookupd.http_port, nsqds[1], tmp_path / "stats"))
+        written = raw_rows(tmp_path / "stats")
+    finally:
+        assert [nsqd.stop() for nsqd in nsqds] + [lookupd.stop()] == [0, 0, 0]
     assert listings == [1, 2, 2, 2, 3, 3, 4, 5, 5]
-    assert recorder.writer.rows == 5 * 2 + 2 + 3  # a topic row a node, then a's and b's missing row, then a's
+    a, b = (f"127.0.0.1:{nsqd.http_port}" for nsqd in nsqds)
+    nodes_by_poll = [{(row["node"], row["missing"]) for row in written if ts_us(row) == ts}
+                     for ts in sorted({ts_us(row) for row in written})]
+    assert nodes_by_poll == [{(a, False), (b, False)}] * 5 + [{(a, False), (b, True)}] + [{(a, False)}] * 3
+
+
+async def listings_at_each_poll(lookupd_port: int, nsqd_b: NsqdProcess, stats_dir: Path) -> list[int]:
+    """How many times nsqadmin's recorder had listed the lookupd's nodes after each of 9 polls,
+    nsqd b stopped (and so gone from the lookupd) after the fifth; the polls' rows flushed."""
+    admin = NSQAdmin(default_options(lookupd_http_address=[f"127.0.0.1:{lookupd_port}"], stats_dir=str(stats_dir),
+                                     stats_interval=10.0, rollup_interval=0.0))
+    listings, asked = [], 0
+    list_nodes = admin.ci.lookupd_producers
+
+    async def counted_listing():
+        nonlocal asked
+        asked += 1
+        return await list_nodes()
+
+    admin.ci.lookupd_producers = counted_listing
+    start = 1_700_000_000_000_000
+    try:
+        for seconds in range(0, 10 + LISTING_SECONDS + 1, 10):
+            await admin.recorder.poll(start + seconds * 1_000_000)
+            listings.append(asked)
+        assert await asyncio.to_thread(nsqd_b.stop) == 0
+        await asyncio.to_thread(wait_for, lambda: len(httpx.get(f"http://127.0.0.1:{lookupd_port}/nodes")
+                                                      .json()["producers"]) == 1, what="nsqd b gone")
+        for seconds in (50, 60, 70, 80):
+            await admin.recorder.poll(start + seconds * 1_000_000)
+            listings.append(asked)
+    finally:
+        await admin.recorder.stop()
+        await admin.upstream.aclose()
+    return listings
+
+
+def test_a_killed_flushs_hidden_file_is_removed_once_stale(tmp_path):
+    """Hidden raw files not written to for STALE_SECONDS are deleted when nsqadmin starts; a recent one
+    (maybe another nsqadmin's, writing) is kept until it is stale too, seen again at a flush; the
+    rollup job's own hidden files and finished files are never touched."""
+    hour = raw_partition(tmp_path, datetime(2024, 1, 1, tzinfo=timezone.utc))
+    hour.mkdir(parents=True)
+    stale = hour / ".20240101T000000-0123abcd.parquet.4242.tmp"
+    recent = hour / ".20240101T000010-89abcdef.parquet.7.tmp"
+    compacting = hour / ".compacted-0123456789abcdef.parquet.4242.tmp"
+    finished = hour / "20240101T000000-0123abcd.parquet"
+    for path in (stale, recent, compacting, finished):
+        path.write_bytes(b"PAR1")
+    old = time.time() - STALE_SECONDS - 60
+    for path in (stale, compacting, finished):
+        os.utime(path, (old, old))
+    admin = AdminProcess(f"--nsqd-http-address={closed_port_address()}", *recording(tmp_path))
+    try:
+        wait_for(lambda: not stale.exists(), what="the stale hidden file removed")
+        assert recent.exists() and compacting.exists() and finished.exists()
+        os.utime(recent, (old, old))
+    finally:
+        assert admin.stop() == 0  # its last flush looks at the recent file again
+    assert not recent.exists() and compacting.exists() and finished.exists()
+    assert admin.log().count("stats: removed ") == 2
 
 
 # -- the raw writer against a real directory -------------------------------------------------

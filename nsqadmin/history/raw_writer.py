@@ -10,10 +10,20 @@ random>.parquet``: written under a hidden name, fsynced, then renamed into place
 A partition that cannot be written (disk full, permissions) is logged with the reason and
 its rows go back to the front of the buffer for the next flush; past KEEP_ROWS buffered
 rows the oldest are dropped, with a warning, so a disk that stays full cannot exhaust memory.
+
+A recorder killed mid-flush (kill -9, power loss) leaves its hidden file behind, which no
+reader sees and nothing else deletes. So at start the recorder deletes the hidden raw files
+(recorders' own names only: the rollup job cleans up its own) not written to for
+STALE_SECONDS: a flush writes its file in seconds, so such a file's writer is dead, whether
+it was this nsqadmin before a restart or another nsqadmin sharing the stats dir, possibly on
+another host (so no lock or pid is trusted: a live writer's file is simply recent). Files
+too recent to judge are looked at again after each flush until they are gone or stale.
 """
 
 import asyncio
 import logging
+import os
+import re
 import secrets
 import time
 from datetime import datetime, timezone
@@ -22,11 +32,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .layout import hidden_twin, publish, raw_partition
+from .layout import hidden_twin, publish, raw_dir, raw_partition
 
 log = logging.getLogger("nsqadmin")
 
 KEEP_ROWS = 2_000_000
+STALE_SECONDS = 300.0
+TEMPORARY_NAME = re.compile(r"\.\d{8}T\d{6}-[0-9a-f]{8}\.parquet\.\d+\.tmp")  # hidden_twin of a raw file
 
 Pending = list[tuple[int, pa.Table]]  # (ts in µs, that poll's rows), oldest first
 
@@ -67,6 +79,31 @@ def write_partitions(stats_dir: Path, polls: Pending) -> Pending:
     return failed
 
 
+def raw_temporaries(stats_dir: Path) -> set[Path]:
+    """The hidden files of recorders' flushes under ``<stats-dir>/raw``, finished or not."""
+    return {Path(root) / name for root, _, names in os.walk(raw_dir(stats_dir))
+            for name in names if TEMPORARY_NAME.fullmatch(name)}
+
+
+def remove_stale(temporaries: set[Path], now: float) -> set[Path]:
+    """Delete those of ``temporaries`` not written to for STALE_SECONDS; those still too recent."""
+    recent = set()
+    for path in temporaries:
+        try:
+            if now - path.stat().st_mtime < STALE_SECONDS:
+                recent.add(path)
+                continue
+            path.unlink()
+        except FileNotFoundError:  # published, or removed by another nsqadmin
+            continue
+        except OSError as exc:
+            log.warning("stats: cannot remove the stale temporary file %s - %s", path,
+                        exc.strerror.lower() if exc.strerror else exc)
+            continue
+        log.info("stats: removed %s, left by a flush that did not finish", path)
+    return recent
+
+
 class RawWriter:
     """Rows buffered by poll; ``flush()`` writes them all."""
 
@@ -77,6 +114,13 @@ class RawWriter:
         self.last_flush = time.monotonic()
         self._pending: Pending = []
         self._lock = asyncio.Lock()
+        self._recent_temporaries: set[Path] = set()  # hidden raw files too recent to judge yet
+
+    async def remove_stale_temporaries(self) -> None:
+        """Delete the hidden raw files left by flushes that died (see the module's docstring)."""
+        async with self._lock:
+            self._recent_temporaries = await asyncio.to_thread(
+                lambda: remove_stale(raw_temporaries(self.stats_dir), time.time()))
 
     def append(self, ts_us: int, table: pa.Table) -> None:
         self._pending.append((ts_us, table))
@@ -87,6 +131,9 @@ class RawWriter:
         async with self._lock:
             self.last_flush = time.monotonic()
             polls, self._pending, self.rows = self._pending, [], 0
+            if self._recent_temporaries:
+                self._recent_temporaries = await asyncio.to_thread(remove_stale, self._recent_temporaries,
+                                                                   time.time())
             if not polls:
                 return
             failed = await asyncio.to_thread(write_partitions, self.stats_dir, polls)

@@ -45,7 +45,7 @@ import time
 
 from .. import producers as nodes
 from ..clusterinfo import ClusterInfo, UpstreamFailure
-from .raw_rows import PollRows, decode_stats
+from .raw_rows import Layout, PollRows
 from .raw_writer import RawWriter, utc
 from .stats_fetcher import FetchError, StatsFetcher
 
@@ -92,6 +92,7 @@ class Recorder:
         self._listed_at = 0  # the tick of that listing, in µs
         self._relist = True  # list again at the next poll, however recent the listing
         self._names: dict[str, tuple[str, int]] = {}  # --nsqd-http-address -> (its name, fetcher.connects)
+        self._layout = Layout()  # the last poll's, reused by the next
         self._loop: asyncio.Task | None = None
         self._flushing: asyncio.Task | None = None
 
@@ -115,6 +116,10 @@ class Recorder:
         return (after_ns // self.interval_ns + 1) * self.interval_ns
 
     async def _poll_every_tick(self) -> None:
+        try:
+            await self.writer.remove_stale_temporaries()
+        except Exception:  # a bug here must not end the history either
+            log.exception("stats: looking for stale temporary files failed")
         tick = self._next_tick(time.time_ns())
         while True:
             await asyncio.sleep(max(0, tick - time.time_ns()) / 1e9)
@@ -139,22 +144,36 @@ class Recorder:
     async def poll(self, ts_us: int) -> None:
         """Record one snapshot of the cluster at ``ts_us``."""
         addresses = await self._addresses(ts_us)
-        answers = await asyncio.gather(*(self._ask(address) for address in addresses))
-        rows = PollRows(ts_us)
-        for node, stats in answers:
-            if stats is None:
-                rows.add_missing(node)
-            else:
-                rows.add_node(node, stats)
+        answers = await self.fetcher.get_all(addresses, STATS_PATH)
+        if not self.ci.lookupds:
+            await self._ask_names(addresses, answers)
+        rows = PollRows(ts_us, self._layout)
+        for address, answer in zip(addresses, answers):
+            self._record(rows, self._names.get(address, (address, 0))[0], answer)
         if rows.missing:
             self._relist = True
-        if answers and len(rows.missing) == len(answers):
-            self.complaints.failed("any nsqd", f"no nsqd answered; recording {len(answers)} node(s) as missing")
-        elif answers:
+        if addresses and len(rows.missing) == len(addresses):
+            self.complaints.failed("any nsqd", f"no nsqd answered; recording {len(addresses)} node(s) as missing")
+        elif addresses:
             self.complaints.answered("any nsqd")
         table = rows.table()
         if table.num_rows:
             self.writer.append(ts_us, table)
+
+    def _record(self, rows: PollRows, node: str, answer: bytes | Exception) -> None:
+        """A node's rows, or its missing row if it did not answer nsqd's /stats."""
+        try:
+            if isinstance(answer, Exception):
+                raise answer
+            rows.add_answer(node, answer)
+        except FetchError as exc:
+            self.complaints.failed(node, f"{node}: {exc}")
+            rows.add_missing(node)
+        except ValueError as exc:  # msgspec.DecodeError is one
+            self.complaints.failed(node, f"{node}: its answer is not nsqd's: {exc}")
+            rows.add_missing(node)
+        else:
+            self.complaints.answered(node)
 
     async def _addresses(self, ts_us: int) -> list[str]:
         """The HTTP addresses to ask: the lookupds' producers, or --nsqd-http-address."""
@@ -177,28 +196,19 @@ class Recorder:
         self._listed, self._listed_at = listed, ts_us
         return listed
 
-    async def _name(self, address: str) -> str:
-        """An --nsqd-http-address's node name, from its /info when not known on this connection."""
-        name, connects = self._names.get(address, (address, -1))
-        if connects != self.fetcher.connects.get(address):
-            info = json.loads(await self.fetcher.get(address, "/info"))
-            name = nodes.http_address(nodes.nsqd_producer(info, address, []))
+    async def _ask_names(self, addresses: list[str], answers: list[bytes | Exception]) -> None:
+        """Name each --nsqd-http-address that answered on a new connection by its /info (a restarted
+        nsqd may have a new name); one whose /info fails has that failure as its answer."""
+        new = [n for n, address in enumerate(addresses) if not isinstance(answers[n], Exception)
+               and self._names.get(address, (address, -1))[1] != self.fetcher.connects.get(address)]
+        infos = await self.fetcher.get_all([addresses[n] for n in new], "/info")
+        for n, info in zip(new, infos):
+            address = addresses[n]
+            try:
+                if isinstance(info, FetchError):
+                    raise info
+                name = nodes.http_address(nodes.nsqd_producer(json.loads(info), address, []))
+            except (FetchError, ValueError) as exc:
+                answers[n] = exc
+                continue
             self._names[address] = (name, self.fetcher.connects[address])
-        return name
-
-    async def _ask(self, address: str):
-        """(node name, its decoded /stats or None if it did not answer)."""
-        node = self._names.get(address, (address, 0))[0]
-        try:
-            body = await self.fetcher.get(address, STATS_PATH)
-            if not self.ci.lookupds:
-                node = await self._name(address)
-            stats = decode_stats(body)
-        except FetchError as exc:
-            self.complaints.failed(node, f"{node}: {exc}")
-            return node, None
-        except ValueError as exc:  # msgspec.DecodeError is one
-            self.complaints.failed(node, f"{node}: its answer is not nsqd's: {exc}")
-            return node, None
-        self.complaints.answered(node)
-        return node, stats
