@@ -3,8 +3,9 @@
     python bench/bench_recorder.py [--runs=5] [--polls=40] [--nodes=10] [--topics=40] [--channels=5] [--mode=nsqd]
 
 A fake cluster (bench/fake_stats_cluster.py, its own process) answers as --nodes nsqd
-with --topics topics of --channels channels each (the default: 10 nsqd x 200 channels),
-behind one nsqlookupd. This process builds nsqadmin (NSQAdmin, its default options but
+with --topics topics of --channels channels each (the default: 10 nsqd x 200 channels,
+each with two e2e percentiles), behind one nsqlookupd; an nsqd's numbers differ from one
+/stats to the next, as a live cluster's do between polls. This process builds nsqadmin (NSQAdmin, its default options but
 a temporary --stats-dir) pointed at every fake nsqd (--mode=nsqd: a poll asks each its
 /stats, and its /info on a new connection) or at the fake lookupd (--mode=lookupd: the
 lookupd's /nodes when the recorder's listing is due, every third poll as the polls' ticks
@@ -41,11 +42,13 @@ from nsqadmin.options import default_options  # noqa: E402
 TARGET_CPU_MS = 5.0
 WARMUP_POLLS = 3
 TICK_US = 10_000_000
+VARIANTS = 5  # renderings of each nsqd's /stats, in turn
 
 
 def start_fake_cluster(args) -> tuple[subprocess.Popen, dict]:
     proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fake_stats_cluster.py"), f"--nodes={args.nodes}",
-                             f"--topics={args.topics}", f"--channels={args.channels}", "--clients=0"],
+                             f"--topics={args.topics}", f"--channels={args.channels}", "--clients=0",
+                             f"--variants={VARIANTS}"],
                             stdout=subprocess.PIPE, text=True)
     return proc, json.loads(proc.stdout.readline())
 

@@ -1,14 +1,16 @@
 """A fake NSQ cluster for nsqadmin's benchmark: one nsqlookupd and N nsqd that only answer questions.
 
-    python bench/fake_stats_cluster.py [--nodes=20] [--topics=200] [--channels=5] [--clients=10]
+    python bench/fake_stats_cluster.py [--nodes=20] [--topics=200] [--channels=5] [--clients=10] [--variants=1]
 
 Every daemon listens on 127.0.0.1 (ephemeral ports) in this one trio process, served by
 the project's HTTP server (serving/http.py). nsqd answer ``/info`` and
 ``/stats?format=json`` with NSQ v1.3's keys, honouring ``topic=``, ``channel=`` and
 ``include_clients=false`` as nsqd does; the lookupd answers ``/nodes``, ``/topics``,
 ``/lookup`` and ``/channels``. Answers are rendered once per distinct question and kept,
-so the fake side costs a dictionary lookup. Prints one JSON line with the ports, then
-serves until killed.
+so the fake side costs a dictionary lookup. With --variants=N an nsqd's ``/stats``
+cycles through N renderings whose counts, depths and latencies differ, as a live
+cluster's do from one poll to the next. Prints one JSON line with the ports, then serves
+until killed.
 """
 
 import argparse
@@ -38,33 +40,38 @@ def client(node: int, topic: int, channel: int, n: int) -> dict:
             "tls_version": "TLS1.3", "tls_negotiated_protocol": "", "tls_negotiated_protocol_is_mutual": False}
 
 
-def e2e(count: int) -> dict:
-    return {"count": count, "percentiles": [{"quantile": 0.99, "value": 2_500_000 + count},
-                                            {"quantile": 0.95, "value": 900_000 + count}]}
+def e2e(count: int, latency: int) -> dict:
+    return {"count": count, "percentiles": [{"quantile": 0.99, "value": 2_500_000 + latency},
+                                            {"quantile": 0.95, "value": 900_000 + latency}]}
 
 
 class FakeNsqd:
-    def __init__(self, node: int, topics: int, channels: int, clients: int):
+    def __init__(self, node: int, topics: int, channels: int, clients: int, variants: int):
         self.node, self.topics, self.channels, self.clients = node, topics, channels, clients
+        self.variants, self.asked = variants, 0
         self.http_port = 0
 
-    def channel(self, topic: int, channel: int, with_clients: bool) -> dict:
-        return {"channel_name": f"channel-{channel}", "depth": 100 * channel + topic, "backend_depth": topic,
-                "in_flight_count": 7 * self.clients, "deferred_count": channel, "message_count": 1_000_000 + topic,
-                "requeue_count": 49, "timeout_count": 3, "client_count": self.clients,
+    def channel(self, topic: int, channel: int, with_clients: bool, variant: int) -> dict:
+        messages = 1_000_000 + 10_000 * self.node + 100 * topic + 997 * variant
+        return {"channel_name": f"channel-{channel}", "depth": 100 * channel + topic + 37 * variant,
+                "backend_depth": topic, "in_flight_count": 7 * self.clients, "deferred_count": channel,
+                "message_count": messages, "requeue_count": 49 + variant, "timeout_count": 3 + variant,
+                "client_count": self.clients,
                 "clients": [client(self.node, topic, channel, n) for n in range(self.clients)] if with_clients else None,
-                "paused": False, "e2e_processing_latency": e2e(topic)}
+                "paused": False,
+                "e2e_processing_latency": e2e(messages, 1000 * self.node + 10 * channel + topic + variant)}
 
-    def topic(self, topic: int, channel_name: str, with_clients: bool) -> dict:
-        channels = [self.channel(topic, c, with_clients) for c in range(self.channels)
+    def topic(self, topic: int, channel_name: str, with_clients: bool, variant: int) -> dict:
+        channels = [self.channel(topic, c, with_clients, variant) for c in range(self.channels)
                     if not channel_name or channel_name == f"channel-{c}"]
-        return {"topic_name": f"topic-{topic:03d}", "channels": channels, "depth": topic % 7, "backend_depth": 0,
-                "message_count": 1_000_000 + topic, "message_bytes": 200_000_000 + topic, "paused": False,
-                "e2e_processing_latency": e2e(topic)}
+        messages = 1_000_000 + 10_000 * self.node + 100 * topic + 997 * variant
+        return {"topic_name": f"topic-{topic:03d}", "channels": channels, "depth": (topic + variant) % 7,
+                "backend_depth": 0, "message_count": messages, "message_bytes": 200 * messages, "paused": False,
+                "e2e_processing_latency": e2e(messages, 1000 * self.node + topic + variant)}
 
     @functools.cache
-    def stats(self, topic_name: str, channel_name: str, with_clients: bool) -> bytes:
-        topics = [self.topic(t, channel_name, with_clients) for t in range(self.topics)
+    def stats(self, topic_name: str, channel_name: str, with_clients: bool, variant: int) -> bytes:
+        topics = [self.topic(t, channel_name, with_clients, variant) for t in range(self.topics)
                   if not topic_name or topic_name == f"topic-{t:03d}"]
         return json.dumps({"version": "1.3.0", "health": "OK", "start_time": CONNECT_TS, "topics": topics,
                            "producers": None}, separators=(",", ":")).encode()
@@ -81,7 +88,9 @@ class FakeNsqd:
             return NOT_FOUND
         query = parse_query(request.query)
         first = lambda name: query.get(name, [""])[0]  # noqa: E731
-        return Response(200, self.stats(first("topic"), first("channel"), first("include_clients") != "false"), JSON)
+        self.asked += 1
+        return Response(200, self.stats(first("topic"), first("channel"), first("include_clients") != "false",
+                                        self.asked % self.variants), JSON)
 
 
 class FakeLookupd:
@@ -120,7 +129,7 @@ async def serve(handler, nursery) -> int:
 
 
 async def main(args) -> None:
-    nsqds = [FakeNsqd(node, args.topics, args.channels, args.clients) for node in range(args.nodes)]
+    nsqds = [FakeNsqd(node, args.topics, args.channels, args.clients, args.variants) for node in range(args.nodes)]
     async with trio.open_nursery() as nursery:
         for nsqd in nsqds:
             nsqd.http_port = await serve(nsqd.handle, nursery)
@@ -134,4 +143,5 @@ if __name__ == "__main__":
     parser.add_argument("--topics", type=int, default=200)
     parser.add_argument("--channels", type=int, default=5)
     parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--variants", type=int, default=1)
     trio.run(main, parser.parse_args())

@@ -1,10 +1,12 @@
 """nsqadmin's recorder: a snapshot of every nsqd's ``/stats`` every --stats-interval, kept in --stats-dir.
 
 Theory of operation. The recorder is a task on nsqadmin's event loop, beside uvicorn, and
-never blocks a page for long: its network waits are asynchronous, a poll of 10 nsqd x 200
-channels costs ~7 ms of CPU in all on the 2-core test machine (bench/bench_recorder.py:
-~2.5 ms decoding, ~3 ms building rows, ~1.5 ms asking), and the disk is written in a
-worker thread (raw_writer).
+never blocks a page for long: its network waits are asynchronous, and the disk is written
+in a worker thread (raw_writer). A poll of 10 nsqd x 200 channels costs 36 million
+instructions (valgrind) and 5-9 ms of CPU on the shared 2-core test machine
+(bench/bench_recorder.py), of which decoding the answers (msgspec) is 55%, packing their
+rows 33%, building the table 6%, asking the nsqd 3% of the instructions but 15% of the
+time (the kernel's share).
 
 - Ticks fall on wall-clock multiples of the interval; a poll's ``ts`` is its tick, the same
   for every node. A poll that outlasts the next tick does not queue ticks up: the missed
@@ -16,7 +18,7 @@ worker thread (raw_writer).
   ``producers.http_address``, the name the pages use.
 - The lookupds are asked at most every LISTING_SECONDS of ticks, not at every poll: a
   listing through nsqadmin's HTTP client (httpx) and the merge of the lookupds' answers
-  cost ~1-2 ms of CPU, a third of a whole poll, for a cluster whose nodes rarely change.
+  cost ~1-2 ms of CPU, a large part of a whole poll, for a cluster whose nodes rarely change.
   They are asked again at the next poll, however recent the listing, when a node did not
   answer (it may have left the cluster), when a lookupd failed, and when the last listing
   differed from the one before it (nodes starting up). So a node that joins is recorded
@@ -24,14 +26,18 @@ worker thread (raw_writer).
   one poll more than before. The lookupds keep being asked through ClusterInfo, the one place that merges
   their answers and words their failures, rather than through a second, lighter client.
 - Each node's ``/stats?format=json&include_clients=false`` is asked once a poll, all at
-  once (stats_fetcher). A node that does not answer, or answers something that is not
-  nsqd's ``/stats``, is one row with ``missing`` true (raw_rows). When no node answers,
+  once (stats_fetcher); then the answers are decoded and packed in turn, in the nodes'
+  order, so that each decoded ``/stats`` is freed before the next is decoded and a poll's
+  rows are in the same order as the last poll's (raw_rows reuses what follows from it).
+  A node that does not answer, or answers something that is not nsqd's ``/stats``, is
+  one row with ``missing`` true (raw_rows). When no node answers,
   the poll says so with a warning and records only those missing rows: the nodes known
   from the previous poll. A node's failure is logged when it starts and when it ends,
   not at every poll.
 - Rows are buffered (raw_writer) and flushed: by the scheduler right before each rollup
   run, when FLUSH_ROWS are buffered, every FLUSH_SECONDS when no rollups are scheduled,
-  and at stop, before nsqadmin exits.
+  and at stop, before nsqadmin exits. Before its first poll the recorder deletes the
+  hidden files that flushes killed mid-way left behind (raw_writer).
 
 Crash loss: buffered rows exist only in memory until flushed, so a crash (kill -9, power
 loss) loses the rows since the last flush: up to one --rollup-interval of snapshots, or
