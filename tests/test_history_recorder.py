@@ -67,10 +67,13 @@ def last_poll(rows: list[dict], topic: str) -> dict[tuple[str, str], dict]:
 def recorded(tmp_path_factory):
     """A cluster whose nsqadmin recorded topic "hist" every 200 ms, then stopped (SIGTERM): nsqd 0
     (with e2e percentiles) has channels "ch" (5 messages waiting) and "done" (5 consumed), nsqd 1
-    has "ch" (3 waiting). Yields (cluster, stats dir, rows); the nsqds keep running."""
+    has "ch" (3 waiting). Yields (cluster, stats dir, rows); the nsqds keep running. The recording
+    nsqadmin starts once nsqlookupd lists "hist" on both nsqd, so that its every poll has both."""
     stats_dir = tmp_path_factory.mktemp("history") / "stats"
-    cluster = Cluster(tmp_path_factory.mktemp("cluster"), *recording(stats_dir))
+    cluster = Cluster(tmp_path_factory.mktemp("cluster"), "--stats-interval=0")
     topic_on(cluster, "hist", "ch")
+    assert cluster.admin.stop() == 0
+    cluster.admin = cluster.start_admin(*recording(stats_dir))
     nsqd0 = f"http://{cluster.node(0)}"
     assert httpx.post(f"{nsqd0}/channel/create", params={"topic": "hist", "channel": "done"}).status_code == 200
     consumer = Consumer(cluster.nsqds[0].tcp_port, "hist", "done", rdy=10)
@@ -117,7 +120,7 @@ def test_ticks_are_wall_clock_multiples_shared_by_every_node_of_a_poll(recorded)
         if row["topic"] == "hist":
             polls.setdefault(ts_us(row), set()).add(row["node"])
     both = {cluster.node(0), cluster.node(1)}
-    assert all(nodes == both for ts, nodes in polls.items() if ts != min(polls))  # the first may straddle creation
+    assert all(nodes == both for nodes in polls.values()) and not any(row["missing"] for row in rows)
     assert len(polls) >= 4
 
 
