@@ -111,18 +111,22 @@ def go_float_text(value: float) -> str:
 
 
 class NodeRows(NamedTuple):
-    """A node's rows, packed: its topics' rows, then its channels' rows."""
+    """A node's rows, packed: its topics' rows, then its channels' rows. The first SHAPE fields
+    are its part of the poll's layout."""
 
     node: str
-    count: int
     topics: list[str]
     channel_counts: list[int]  # per topic
     channels: list[str]  # per row, "" on a topic's row
-    numbers: tuple[bytes, ...]  # int64s per row, a column of INT64_COLUMNS each
-    paused: bytes  # a byte per row
     e2e_counts: list[int]  # per row, its count of percentiles
     quantiles: bytes  # float64s per percentile
+    count: int
+    numbers: tuple[bytes, ...]  # int64s per row, a column of INT64_COLUMNS each
+    paused: bytes  # a byte per row
     e2e_values: bytes
+
+
+SHAPE = 6
 
 
 def node_rows(node: str, stats) -> NodeRows:
@@ -138,8 +142,10 @@ def node_rows(node: str, stats) -> NodeRows:
               for channel in channels]
     percentiles = list(chain.from_iterable(lists))
     return NodeRows(
-        node, count, [topic.topic_name for topic in topics], list(map(len, channel_lists)),
-        [""] * len(topics) + [channel.channel_name for channel in channels],
+        node, [topic.topic_name for topic in topics], list(map(len, channel_lists)),
+        [""] * len(topics) + [channel.channel_name for channel in channels], list(map(len, lists)),
+        struct.pack(f"{len(percentiles)}d", *[percentile.quantile for percentile in percentiles]),
+        count,
         (struct.pack(both, *[topic.depth for topic in topics], *[channel.depth for channel in channels]),
          struct.pack(both, *[topic.backend_depth for topic in topics],
                      *[channel.backend_depth for channel in channels]),
@@ -151,8 +157,6 @@ def node_rows(node: str, stats) -> NodeRows:
          zeros + struct.pack(only, *[channel.timeout_count for channel in channels]),
          zeros + struct.pack(only, *[channel.client_count for channel in channels])),
         struct.pack(f"{count}?", *[topic.paused for topic in topics], *[channel.paused for channel in channels]),
-        list(map(len, lists)),
-        struct.pack(f"{len(percentiles)}d", *[percentile.quantile for percentile in percentiles]),
         struct.pack(f"{len(percentiles)}d", *[percentile.value for percentile in percentiles]))
 
 
@@ -161,12 +165,13 @@ class Layout:
     its layout is the same (see the module's docstring)."""
 
     def __init__(self):
-        self._key: tuple | None = None
+        self._shapes: list[tuple] | None = None
         self._columns: dict[str, pa.Array] = {}
 
-    def columns(self, key: tuple) -> dict[str, pa.Array]:
-        if key != self._key:
-            self._key, self._columns = key, _layout_columns(*key)
+    def columns(self, nodes: list[NodeRows]) -> dict[str, pa.Array]:
+        shapes = [rows[:SHAPE] for rows in nodes]
+        if shapes != self._shapes:
+            self._shapes, self._columns = shapes, _layout_columns(nodes)
         return self._columns
 
 
@@ -200,7 +205,7 @@ class PollRows:
     def _answered_batch(self) -> pa.RecordBatch:
         nodes = self.answered
         count = sum(rows.count for rows in nodes)
-        layout = self.layout.columns(_layout_key(nodes))
+        layout = self.layout.columns(nodes)
         paused = b"".join(rows.paused for rows in nodes)
         values = b"".join(rows.e2e_values for rows in nodes)
         columns = {name: _from_bytes(pa.int64(), count, b"".join(rows.numbers[n] for rows in nodes))
@@ -224,33 +229,27 @@ class PollRows:
                                  "missing": pa.array([True] * count, pa.bool_())})
 
 
-def _layout_key(nodes: list[NodeRows]) -> tuple:
-    """(node names, each row's node index, topic names, each row's topic index, each row's channel,
-    each row's count of percentiles, each percentile's quantile)."""
+def _layout_columns(nodes: list[NodeRows]) -> dict[str, pa.Array]:
+    """The columns that follow from the nodes' layout. Each e2e percentile's key is its
+    quantile's %v text, computed once per distinct quantile (a cluster has a handful) and
+    spread by Arrow."""
+    count = sum(rows.count for rows in nodes)
     topic_index, first = [], 0
     for rows in nodes:
         index = list(map(INT32.pack, range(first, first + len(rows.topics))))
         topic_index += index
         topic_index.append(b"".join(map(operator.mul, index, rows.channel_counts)))
         first += len(rows.topics)
-    return ([rows.node for rows in nodes], b"".join(INT32.pack(n) * rows.count for n, rows in enumerate(nodes)),
-            list(chain.from_iterable(rows.topics for rows in nodes)), b"".join(topic_index),
-            list(chain.from_iterable(rows.channels for rows in nodes)),
-            list(chain.from_iterable(rows.e2e_counts for rows in nodes)), b"".join(rows.quantiles for rows in nodes))
-
-
-def _layout_columns(nodes: list[str], node_index: bytes, topics: list[str], topic_index: bytes, channels: list[str],
-                    e2e_counts: list[int], quantiles: bytes) -> dict[str, pa.Array]:
-    """The columns that follow from a layout (_layout_key). Each e2e percentile's key is its
-    quantile's %v text, computed once per distinct quantile (a cluster has a handful) and spread
-    by Arrow."""
-    count = len(channels)
+    quantiles = b"".join(rows.quantiles for rows in nodes)
     distinct = pc.dictionary_encode(_from_bytes(pa.float64(), len(quantiles) // 8, quantiles))
     labels = pa.array([go_float_text(quantile) for quantile in distinct.dictionary.to_pylist()], pa.string())
+    e2e_counts = chain.from_iterable(rows.e2e_counts for rows in nodes)
     return {
-        "node": pa.array(nodes, pa.string()).take(_from_bytes(pa.int32(), count, node_index)),
-        "topic": pa.array(topics, pa.string()).take(_from_bytes(pa.int32(), count, topic_index)),
-        "channel": pa.array(channels, pa.string()),
+        "node": pa.array([rows.node for rows in nodes], pa.string()).take(
+            _from_bytes(pa.int32(), count, b"".join(INT32.pack(n) * rows.count for n, rows in enumerate(nodes)))),
+        "topic": pa.array(list(chain.from_iterable(rows.topics for rows in nodes)), pa.string()).take(
+            _from_bytes(pa.int32(), count, b"".join(topic_index))),
+        "channel": pa.array(list(chain.from_iterable(rows.channels for rows in nodes)), pa.string()),
         "falses": _from_bytes(pa.bool_(), count, bytes((count + 7) // 8)),
         "e2e_offsets": _from_bytes(pa.int32(), count + 1,
                                    struct.pack(f"{count + 1}i", *accumulate(e2e_counts, initial=0))),
