@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from .helpers import ROOT
+from .utils_helpers import run_script
 
 LABELLED = re.compile(r"(launcher|nsqlookupd|nsqd-\d+|nsqadmin) +\| ")
 STARTED = re.compile(r"^launcher +\| started (\S+) \(pid (\d+)\)", re.M)
@@ -120,7 +121,7 @@ def wait_for_http(url: str, check, timeout: float = 10):
         time.sleep(0.1)
 
 
-def test_the_cluster_comes_up_and_ctrl_c_stops_it_cleanly(launch, tmp_path):
+def test_the_cluster_comes_up_works_end_to_end_and_ctrl_c_stops_it_cleanly(launch, tmp_path):
     launcher = launch(f"--data-dir={tmp_path}")
     launcher.wait_for(UP, START_SECONDS)
     pids = launcher.pids()
@@ -137,6 +138,13 @@ def test_the_cluster_comes_up_and_ctrl_c_stops_it_cleanly(launch, tmp_path):
     assert httpx.get(admin + "ping").text == "OK"
     admin_nodes = wait_for_http(admin + "api/nodes", lambda r: len(r.json().get("nodes", [])) == 2)
     assert len(admin_nodes.json()["nodes"]) == 2
+
+    assert httpx.post(f"http://{nsqd1_http}/pub?topic=deploy_consumed", content=b"found through nsqlookupd").text == "OK"
+    wait_for_http(f"http://{lookupd_http}/lookup?topic=deploy_consumed", lambda r: r.status_code == 200)
+    tail = run_script("nsq_tail", f"--lookupd-http-address={lookupd_http}", "--topic=deploy_consumed", "-n", "1")
+    assert (tail.returncode, tail.stdout) == (0, "found through nsqlookupd\n"), tail.stderr
+    topics = wait_for_http(admin + "api/topics", lambda r: "deploy_consumed" in r.json().get("topics", []))
+    assert {"deploy_launcher", "deploy_consumed"} <= set(topics.json()["topics"])
 
     assert launcher.ctrl_c() == 0, launcher.output()
     assert_gone(pids)
