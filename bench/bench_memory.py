@@ -16,15 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.nsq_socket import BenchConnection  # noqa: E402
-from bench.nsqd_process import start_nsqd  # noqa: E402
+from bench.nsqd_process import rss_kib, start_nsqd  # noqa: E402
 from common.commands import Mpub, Sub  # noqa: E402
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
-"""Start this project's nsqd on a free loopback port for a benchmark."""
+"""Start this project's nsqd on a free loopback port for a benchmark, and read its RSS and CPU."""
 
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,3 +38,21 @@ def start_nsqd(*args: str) -> tuple[subprocess.Popen, str]:
             threading.Thread(target=_drain, args=(proc.stderr,), daemon=True).start()
             return proc, match.group(1)
     raise RuntimeError("nsqd did not start")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 10 ms

@@ -14,7 +14,6 @@ Also prints nsqd's CPU seconds per run, since this machine is shared and noisy.
 
 import argparse
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.nsqd_process import start_nsqd  # noqa: E402
+from bench.nsqd_process import cpu_seconds, free_port, start_nsqd  # noqa: E402
 from common.goflags import parse_duration  # noqa: E402
 
 
@@ -34,11 +33,6 @@ def script(name: str, *args: str) -> subprocess.Popen:
 
 def rate(output: str) -> float:
     return float(re.search(r"([\d.]+)ops/s", output).group(1))
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 10 ms
 
 
 def run_publish(runfor: str, *flags: str) -> tuple[float, float]:
@@ -76,12 +70,6 @@ def run_http_pub(runfor: str) -> tuple[float, float]:
     finally:
         proc.terminate()
         proc.wait()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def main() -> None:
