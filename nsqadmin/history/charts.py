@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from markupsafe import Markup, escape
 
 WIDTH, HEIGHT = 480, 200
-LEFT, RIGHT, TOP, BOTTOM = 48, 14, 48, 26
+LEFT, RIGHT, TOP, BOTTOM = 48, 24, 48, 26  # RIGHT: room for half a date label under the last tick
 # (longest span shown, tick spacing in seconds, strftime of a tick label)
 _TIME_TICKS = ((3 * 3600, 900, "%H:%M"), (6 * 3600, 3600, "%H:%M"), (2 * 86400, 4 * 3600, "%H:%M"),
                (10 * 86400, 86400, "%b %d"), (math.inf, 7 * 86400, "%b %d"))
@@ -103,7 +103,8 @@ def line_chart(points: list[tuple[int, float | None]], *, title: str, unit: str,
         parts.append(f'<line class="chart-tick" x1="{x(ts):.1f}" x2="{x(ts):.1f}" y1="{TOP + plot_h}" '
                      f'y2="{TOP + plot_h + 4}"/><text class="chart-axis" x="{x(ts):.1f}" y="{HEIGHT - 6}" '
                      f'text-anchor="middle">{text}</text>')
-    parts.append(f'<text class="chart-axis chart-utc" x="{WIDTH - RIGHT}" y="{HEIGHT - 6}" text-anchor="end">UTC</text>')
+    # in the header's corner: beside the time labels it collides with a tick at the right edge
+    parts.append(f'<text class="chart-axis chart-utc" x="{WIDTH - RIGHT}" y="18" text-anchor="end">UTC</text>')
     baseline = y(0)
     for run in _segments(points, window_seconds):
         line = " ".join(f"{x(ts):.1f},{y(v):.1f}" for ts, v in run)
