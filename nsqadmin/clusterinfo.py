@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from . import producers as nodes
 from .stats import node_topics
-from .upstream import Upstream, UpstreamError
+from .upstream import ACCEPT_V1, Upstream, UpstreamError, nsqd_headers
 
 log = logging.getLogger("nsqadmin")
 
@@ -61,6 +61,7 @@ class ClusterInfo:
     def __init__(self, upstream: Upstream, opts):
         self.upstream = upstream
         self.opts = opts
+        self._nsqd_headers = nsqd_headers(opts.nsqd_auth_secret)
 
     @property
     def lookupds(self) -> list[str]:
@@ -94,6 +95,10 @@ class ClusterInfo:
         log.debug("CI: querying %s", url)
         return await self.upstream.get_v1(url)
 
+    async def _get_nsqd(self, url: str):
+        log.debug("CI: querying %s", url)
+        return await self.upstream.get_v1(url, self._nsqd_headers)
+
     # -- lookupd questions --------------------------------------------------------------
 
     async def lookupd_topics(self) -> Answer:
@@ -126,14 +131,14 @@ class ClusterInfo:
     async def _nsqd_node(self, address: str) -> tuple[dict, dict]:
         """(producer, /stats answer without clients) of the nsqd at ``address``."""
         info, stats = await asyncio.gather(
-            self._get(f"http://{address}/info"),
-            self._get(f"http://{address}/stats?format=json&include_clients=false"))
+            self._get_nsqd(f"http://{address}/info"),
+            self._get_nsqd(f"http://{address}/stats?format=json&include_clients=false"))
         names = [topic.get("topic_name", "") for topic in stats.get("topics") or []]
         return nodes.nsqd_producer(info, address, names), stats
 
     async def nsqd_topics(self) -> Answer:
         async def ask(address):
-            stats = await self._get(f"http://{address}/stats?format=json&include_clients=false")
+            stats = await self._get_nsqd(f"http://{address}/stats?format=json&include_clients=false")
             return [topic.get("topic_name", "") for topic in stats.get("topics") or []]
         answer = await self._ask_all("nsqd", self.nsqds, ask)
         return Answer(sorted({t for topics in answer.value for t in topics}), answer.errors)
@@ -146,11 +151,12 @@ class ClusterInfo:
 
     async def nsqd_topic_producers(self, topic: str) -> Answer:
         async def ask(address):
-            stats = await self._get(f"http://{address}/stats?format=json&include_clients=false&{topic_query(topic)}")
+            stats = await self._get_nsqd(
+                f"http://{address}/stats?format=json&include_clients=false&{topic_query(topic)}")
             names = [t.get("topic_name") for t in stats.get("topics") or []]
             if topic not in names:
                 return None
-            info = await self._get(f"http://{address}/info")
+            info = await self._get_nsqd(f"http://{address}/info")
             return nodes.nsqd_producer(info, address, names)
         answer = await self._ask_all("nsqd", self.nsqds, ask)
         return Answer([p for p in answer.value if p is not None], answer.errors)
@@ -177,7 +183,7 @@ class ClusterInfo:
 
         async def ask(producer):
             node = nodes.http_address(producer)
-            stats = await self._get(f"http://{node}/stats?format=json{stats_query}")
+            stats = await self._get_nsqd(f"http://{node}/stats?format=json{stats_query}")
             return node_topics(stats, node, producer["hostname"], topic)
 
         answer = await self._ask_all("nsqd", producers, ask)
@@ -216,28 +222,31 @@ class ClusterInfo:
 
     # -- actions ------------------------------------------------------------------------
 
-    async def _post_all(self, urls: list[str]) -> list[str]:
+    async def _post_all(self, urls: list[str], headers: dict[str, str]) -> list[str]:
         async def post(url):
             log.debug("CI: posting %s", url)
-            await self.upstream.post_v1(url)
+            await self.upstream.post_v1(url, headers)
         _, errors = await self._gather([post(url) for url in urls])
         return [str(error) for error in errors]
 
     async def _lookupds_post(self, path: str, query: str) -> list[str]:
-        return await self._post_all([f"http://{address}/{path}?{query}" for address in self.lookupds])
+        return await self._post_all([f"http://{address}/{path}?{query}" for address in self.lookupds], ACCEPT_V1)
+
+    async def _nsqds_post(self, urls: list[str]) -> list[str]:
+        return await self._post_all(urls, self._nsqd_headers)
 
     async def _producers_post(self, producers: list[dict], path: str, query: str) -> list[str]:
-        return await self._post_all([f"http://{nodes.http_address(p)}/{path}?{query}" for p in producers])
+        return await self._nsqds_post([f"http://{nodes.http_address(p)}/{path}?{query}" for p in producers])
 
     async def create_topic_channel(self, topic: str, channel: str) -> list[str]:
         """With lookupds: registered there, and the channel created on the topic's producers
         (NSQ's way). With nsqd addresses: created on every nsqd (NSQ does nothing)."""
         if not self.lookupds:
             urls = [f"http://{address}/topic/create?{topic_query(topic)}" for address in self.nsqds]
-            errors = await self._post_all(urls)
+            errors = await self._nsqds_post(urls)
             if channel:
-                errors += await self._post_all([f"http://{address}/channel/create?{topic_query(topic, channel)}"
-                                                for address in self.nsqds])
+                errors += await self._nsqds_post([f"http://{address}/channel/create?{topic_query(topic, channel)}"
+                                                  for address in self.nsqds])
             return errors
         errors = await self._lookupds_post("topic/create", topic_query(topic))
         if channel:

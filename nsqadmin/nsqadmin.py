@@ -108,7 +108,8 @@ class NSQAdmin:
             prepare_stats_dir(opts.stats_dir)
         self.recorder: Recorder | None = None
         if opts.stats_interval:
-            fetcher = StatsFetcher(opts.http_client_connect_timeout, opts.http_client_request_timeout, ssl_context)
+            fetcher = StatsFetcher(opts.http_client_connect_timeout, opts.http_client_request_timeout, ssl_context,
+                                   opts.nsqd_auth_secret)
             self.recorder = Recorder(self.ci, fetcher, RawWriter(opts.stats_dir), opts.stats_interval,
                                      None if opts.rollup_interval else FLUSH_SECONDS)
         self.scheduler = RollupScheduler(opts, self.recorder) if opts.rollup_interval else None

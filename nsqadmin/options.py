@@ -64,6 +64,9 @@ FLAGS = [
          "how often to run the rollup job (a separate process) over the snapshots (0 = no scheduled rollups)"),
     Flag("spark-master", "str", "local[*]",
          "Spark master of the rollup job: local, local[N], local[*] or spark://HOST:PORT"),
+    Flag("nsqd-auth-secret", "str", "",
+         "secret sent to nsqd as Authorization: Bearer on every HTTP request, and in AUTH for the live tail "
+         "(for nsqd with --http-auth-required or --auth-http-address; keep it in the config file)"),
     Flag("enable-live-tail", "bool", False,
          "show a live tail of each topic's messages on its page (bodies can be sensitive; off by default)"),
 ]

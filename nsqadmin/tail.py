@@ -92,7 +92,7 @@ class TailStream(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, topic: str, nsqds: list[str]):
+    def __init__(self, topic: str, nsqds: list[str], auth_secret: str):
         super().__init__(headers=SSE_HEADERS, media_type=self.media_type)
         del self.headers["content-length"]  # a stream of unknown length: chunked
         self.topic = topic
@@ -102,7 +102,8 @@ class TailStream(Response):
         self.dropped = 0
         self.send_events, self.events = anyio.create_memory_object_stream[bytes](MAX_IN_FLIGHT)
         self.consumer = Consumer(topic, self.channel, self._handle, nsqd_tcp_addresses=nsqds,
-                                 max_in_flight=MAX_IN_FLIGHT, stop_timeout=STOP_SECONDS)
+                                 max_in_flight=MAX_IN_FLIGHT, stop_timeout=STOP_SECONDS,
+                                 auth_secret=auth_secret)
 
     async def __call__(self, scope, receive, send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
@@ -174,7 +175,7 @@ class LiveTail:
         if not nsqds:
             return response(error_parts(409, "TOPIC_HAS_NO_CHANNELS"))
         try:
-            return TailStream(topic, nsqds)
+            return TailStream(topic, nsqds, self.admin.opts.nsqd_auth_secret)
         except NSQError as exc:
             return response(error_parts(400, str(exc)))
 

@@ -29,6 +29,12 @@ from common.goquote import go_quote
 ACCEPT_V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 
 
+def nsqd_headers(auth_secret: str) -> dict[str, str]:
+    """What nsqadmin sends nsqd: ACCEPT_V1, and --nsqd-auth-secret as a bearer secret if set
+    (never sent to nsqlookupd, which has no use for it)."""
+    return ACCEPT_V1 | {"Authorization": f"Bearer {auth_secret}"} if auth_secret else ACCEPT_V1
+
+
 class UpstreamError(Exception):
     """A request to an nsqd or nsqlookupd that failed; the text says where and why, and
     ``code`` is the daemon's V1 error code (``TOPIC_NOT_FOUND``) when it answered with one."""
@@ -141,27 +147,27 @@ class Upstream:
         except (httpx.HTTPError, TimeoutError, OSError, ssl.SSLError) as exc:
             raise _failure(method, url, exc) from exc
 
-    async def _v1(self, method: str, url: str) -> bytes:
-        response = await self.request(method, url, headers=ACCEPT_V1)
+    async def _v1(self, method: str, url: str, headers: dict[str, str]) -> bytes:
+        response = await self.request(method, url, headers=headers)
         if response.status_code == 403 and url.startswith("http:"):
             https = _https_url(url, response.content)
             if https is not None:
-                return await self._v1(method, https)
+                return await self._v1(method, https, headers)
         if response.status_code != 200:
             raise UpstreamError(f"got response {_status_line(response.status_code)} {go_quote(response.content)}",
                                 _error_code(response.content))
         return response.content
 
-    async def get_v1(self, url: str):
-        """The JSON of a V1 GET."""
-        body = await self._v1("GET", url)
+    async def get_v1(self, url: str, headers: dict[str, str] = ACCEPT_V1):
+        """The JSON of a V1 GET (``headers``: ACCEPT_V1 and any others)."""
+        body = await self._v1("GET", url, headers)
         try:
             return json.loads(body)
         except ValueError as exc:
             raise UpstreamError(f'Get "{url}": the answer is not JSON ({exc})') from exc
 
-    async def post_v1(self, url: str) -> None:
-        await self._v1("POST", url)
+    async def post_v1(self, url: str, headers: dict[str, str] = ACCEPT_V1) -> None:
+        await self._v1("POST", url, headers)
 
     async def post_json(self, url: str, body: bytes) -> int:
         """POST a JSON document (a notification); the answer's status."""

@@ -21,6 +21,7 @@ from serving.http import Request, Response
 from serving.v1 import BOOL_PARAMS, TEXT_TYPE, V1_HEADER, HTTPError, parse_query, v1_error, v1_ok
 
 from . import metrics, stats
+from .http_auth import CHALLENGE, HTTPAuth
 from .options import FLAGS, LOG_LEVELS, validate_lookupd_address
 
 log = logging.getLogger("nsqd")
@@ -50,6 +51,7 @@ class HTTPAPI:
             ("POST", "/channel/unpause"): self.channel_pause,
         }
         self.paths = {path for _, path in self.routes}
+        self.access = HTTPAuth(nsqd) if nsqd.opts.http_auth_required else None
 
     def body_limit(self, method: str, path: str) -> int:
         """The body bytes nsqd reads before answering 413 (nsqd/http.go): a message's worth
@@ -60,12 +62,16 @@ class HTTPAPI:
     async def __call__(self, request: Request) -> Response:
         handler = self.routes.get((request.method, request.path))
         try:
+            shown_topics = await self.access.authorize(request) if self.access is not None else None
             if handler is None:
                 return self._unrouted(request)
-            response = handler(request)
+            response = handler(request) if shown_topics is None else handler(request, shown_topics)
             return await response if inspect.isawaitable(response) else response
         except HTTPError as err:
-            return v1_error(err.status, err.text)
+            response = v1_error(err.status, err.text)
+            if err.status == 401:
+                response.headers.append(CHALLENGE)
+            return response
         except Exception:
             log.exception("HTTP: error in %s %s", request.method, request.path)
             return v1_error(500, "INTERNAL_ERROR")
@@ -169,7 +175,8 @@ class HTTPAPI:
 
     # -- stats -----------------------------------------------------------------------
 
-    def stats(self, request: Request) -> Response:
+    def stats(self, request: Request, shown_topics=None) -> Response:
+        """``shown_topics``: with --http-auth-required, which topics the caller may see."""
         query = parse_query(request.query)
 
         def first(name: str) -> str:
@@ -177,14 +184,14 @@ class HTTPAPI:
 
         document = stats.stats_document(self.nsqd, first("topic"), first("channel"),
                                         BOOL_PARAMS.get(first("include_clients"), True),
-                                        BOOL_PARAMS.get(first("include_mem"), True))
+                                        BOOL_PARAMS.get(first("include_mem"), True), shown_topics)
         if first("format") == "json":
             return v1_ok(document)
         return v1_ok(stats.stats_text(document, time.time()))
 
-    def metrics(self, request: Request) -> Response:
+    def metrics(self, request: Request, shown_topics=None) -> Response:
         """Prometheus text exposition (beyond NSQ): plain, without the V1 header."""
-        return Response(200, metrics.exposition(self.nsqd).encode(), [metrics.CONTENT_TYPE])
+        return Response(200, metrics.exposition(self.nsqd, shown_topics).encode(), [metrics.CONTENT_TYPE])
 
     # -- topic and channel administration --------------------------------------------
 

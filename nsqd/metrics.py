@@ -36,9 +36,9 @@ CHANNEL_METRICS = (
 LATENCY_HELP = "End-to-end processing latency (publish to FIN) at a quantile, over the latency window."
 
 
-def exposition(nsqd) -> str:
-    """The whole /metrics page."""
-    document = stats.stats_document(nsqd, "", "", include_clients=False, include_mem=True)
+def exposition(nsqd, shown_topics=None) -> str:
+    """The whole /metrics page (of the topics ``shown_topics`` allows, if given)."""
+    document = stats.stats_document(nsqd, "", "", include_clients=False, include_mem=True, shown_topics=shown_topics)
     topics = document["topics"]
     channels = [(topic, channel) for topic in topics for channel in topic["channels"]]
     out: list[str] = []

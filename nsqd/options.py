@@ -54,6 +54,7 @@ FLAGS = [
     Flag("https-address", "str", "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients"),
     Flag("auth-http-address", "list", [], "<addr>:<port> or a full url to query auth server (may be given multiple times)", cfg_key="auth_http_addresses"),
     Flag("auth-http-request-method", "str", "get", "HTTP method to use for auth server requests: get or post"),
+    Flag("http-auth-required", "bool", False, "require an auth server's grant (Authorization: Bearer <secret>) for every HTTP route but /ping and /info (needs --auth-http-address)"),
     Flag("tls-cert", "str", "", "path to certificate file"),
     Flag("tls-key", "str", "", "path to key file"),
     Flag("tls-client-auth-policy", "str", "", "client certificate auth policy ('require' or 'require-verify')"),
@@ -152,6 +153,8 @@ def _validate_security(opts: SimpleNamespace) -> None:
     opts.auth_http_request_method = opts.auth_http_request_method.lower()
     if opts.auth_http_request_method not in ("get", "post"):
         raise FlagError(f"--auth-http-request-method must be get or post, got {opts.auth_http_request_method!r}")
+    if opts.http_auth_required and not opts.auth_http_address:
+        raise FlagError("--http-auth-required needs --auth-http-address")
     if opts.tls_client_auth_policy and opts.tls_required == TLS_NOT_REQUIRED:
         opts.tls_required = TLS_REQUIRED
     if opts.tls_required != TLS_NOT_REQUIRED and not opts.tls_cert and not opts.tls_key:

@@ -84,7 +84,7 @@ def _go_float(value: float) -> float | int:
     return int(value) if value.is_integer() else value
 
 
-def client_stats(client, topic_filter: str) -> dict:
+def client_stats(client, topic_filter: str, shown_topics=None) -> dict:
     stats = {
         "client_id": client.client_id,
         "hostname": client.hostname,
@@ -110,7 +110,7 @@ def client_stats(client, topic_filter: str) -> dict:
     if auth is not None and auth.identity_url:
         stats["auth_identity_url"] = auth.identity_url
     pub_counts = [{"topic": topic, "count": count} for topic, count in client.pub_counts.items()
-                  if not topic_filter or topic == topic_filter]
+                  if (not topic_filter or topic == topic_filter) and (shown_topics is None or shown_topics(topic))]
     if pub_counts:
         stats["pub_counts"] = pub_counts
     tls = client.tls
@@ -124,8 +124,9 @@ def client_stats(client, topic_filter: str) -> dict:
     return stats
 
 
-def channel_stats(channel, include_clients: bool, topic_filter: str, now_ns: int) -> dict:
-    clients = [client_stats(client, topic_filter) for client in channel.clients.values()] if include_clients else None
+def channel_stats(channel, include_clients: bool, topic_filter: str, now_ns: int, shown_topics=None) -> dict:
+    clients = ([client_stats(client, topic_filter, shown_topics) for client in channel.clients.values()]
+               if include_clients else None)
     return {
         "channel_name": channel.name,
         "depth": channel.depth,
@@ -142,7 +143,8 @@ def channel_stats(channel, include_clients: bool, topic_filter: str, now_ns: int
     }
 
 
-def topic_stats(topic, channel_filter: str, include_clients: bool, topic_filter: str, now_ns: int) -> dict | None:
+def topic_stats(topic, channel_filter: str, include_clients: bool, topic_filter: str, now_ns: int,
+                shown_topics=None) -> dict | None:
     names = sorted(topic.channels)
     if channel_filter:
         if channel_filter not in topic.channels:
@@ -150,7 +152,8 @@ def topic_stats(topic, channel_filter: str, include_clients: bool, topic_filter:
         names = [channel_filter]
     return {
         "topic_name": topic.name,
-        "channels": [channel_stats(topic.channels[name], include_clients, topic_filter, now_ns) for name in names],
+        "channels": [channel_stats(topic.channels[name], include_clients, topic_filter, now_ns, shown_topics)
+                     for name in names],
         "depth": topic.depth,
         "backend_depth": topic.backend_depth,
         "message_count": topic.message_count,
@@ -162,18 +165,25 @@ def topic_stats(topic, channel_filter: str, include_clients: bool, topic_filter:
 
 
 def stats_document(nsqd, topic_filter: str, channel_filter: str, include_clients: bool,
-                   include_mem: bool) -> dict:
+                   include_mem: bool, shown_topics=None) -> dict:
     """The /stats?format=json answer, keys in NSQ's order. A topic filter that matches no
     topic leaves topics and producers null; otherwise every client that has published is a
-    producer, its pub_counts narrowed to the filtered topic (nsqd's GetStats)."""
+    producer, its pub_counts narrowed to the filtered topic (nsqd's GetStats).
+    ``shown_topics(name)``, if given, hides the other topics as if they did not exist
+    (--http-auth-required: the caller's grants)."""
     topics = producers = None
-    if not topic_filter or topic_filter in nsqd.topics:
+    hidden = shown_topics is not None and topic_filter and not shown_topics(topic_filter)
+    if not hidden and (not topic_filter or topic_filter in nsqd.topics):
         names = [topic_filter] if topic_filter else sorted(nsqd.topics)
+        if shown_topics is not None:
+            names = [name for name in names if shown_topics(name)]
         now_ns = time.time_ns()
         topics = [stats for stats in (topic_stats(nsqd.topics[name], channel_filter, include_clients, topic_filter,
-                                                  now_ns) for name in names) if stats is not None]
+                                                  now_ns, shown_topics) for name in names) if stats is not None]
         if include_clients:
-            producers = [client_stats(conn.client, topic_filter) for conn in nsqd.connections if conn.client.pub_counts]
+            producers = [stats for stats in (client_stats(conn.client, topic_filter, shown_topics)
+                                             for conn in nsqd.connections if conn.client.pub_counts)
+                         if shown_topics is None or "pub_counts" in stats]
     document = {"version": VERSION, "health": nsqd.health, "start_time": nsqd.start_time, "topics": topics}
     if include_mem:
         document["memory"] = memory_stats(nsqd.gc_pauses)

@@ -51,6 +51,7 @@ class Request:
     remote_address: str
     body_too_big: bool = False  # the body went past the server's limit and was not read
     keep_alive: bool = True
+    tls: object = None  # the connection's trio.SSLStream, on an HTTPS listener
 
 
 @dataclass
@@ -67,9 +68,10 @@ BodyLimit = Callable[[str, str], int]  # (method, path) -> the most body bytes r
 class _RequestReader:
     """httptools callbacks: collect each request as it is parsed."""
 
-    def __init__(self, body_limit: BodyLimit, remote: str):
+    def __init__(self, body_limit: BodyLimit, remote: str, tls=None):
         self.body_limit = body_limit
         self.remote = remote
+        self.tls = tls
         self.parser = httptools.HttpRequestParser(self)
         self.complete: list[Request] = []
         self.current: Request | None = None
@@ -84,7 +86,7 @@ class _RequestReader:
 
     def on_message_begin(self) -> None:
         self._url, self._chunks, self._size = b"", [], 0
-        self.current = Request("", "", "", {}, b"", self.remote)
+        self.current = Request("", "", "", {}, b"", self.remote, tls=self.tls)
         if self.began_at is None:
             self.began_at = trio.current_time()
 
@@ -146,7 +148,8 @@ class HTTPServer:
     async def _serve_connection(self, stream) -> None:
         remote = _peer(stream)
         try:
-            await self._handle_requests(stream, _RequestReader(self.body_limit, remote))
+            tls = stream if isinstance(stream, trio.SSLStream) else None
+            await self._handle_requests(stream, _RequestReader(self.body_limit, remote, tls))
         except DISCONNECTED:
             pass
         except Exception:

@@ -226,3 +226,45 @@ class Consumer:
             pass
         self.sock.close()
         self._thread.join(timeout=5)
+
+
+class Tail:
+    """An open event stream of ``/api/tail/<topic>``, read event by event."""
+
+    def __init__(self, admin_url: str, topic: str):
+        self.client = httpx.Client(timeout=httpx.Timeout(5.0))
+        self._stream = self.client.stream("GET", f"{admin_url}/api/tail/{topic}")
+        self._response = self._stream.__enter__()
+        assert self._response.status_code == 200, self._response.read()
+        assert self._response.headers["content-type"].startswith("text/event-stream")
+        self._lines = self._response.iter_lines()
+        self.ready = self.next("ready")
+
+    def events(self):
+        """(event, data) as they come; idle comments skipped."""
+        kind, data = "message", []
+        for line in self._lines:
+            if line.startswith(":"):
+                continue
+            if line.startswith("event: "):
+                kind = line[len("event: "):]
+            elif line.startswith("data: "):
+                data.append(line[len("data: "):])
+            elif not line and data:
+                yield kind, json.loads("\n".join(data))
+                kind, data = "message", []
+
+    def next(self, wanted: str, timeout: float = 5.0) -> dict:
+        deadline = time.monotonic() + timeout
+        for kind, data in self.events():
+            if kind == wanted:
+                return data
+            assert time.monotonic() < deadline, f"no {wanted} event within {timeout}s"
+        raise AssertionError(f"the stream ended before a {wanted} event")
+
+    def messages(self, count: int) -> list[dict]:
+        return [self.next("message") for _ in range(count)]
+
+    def close(self) -> None:
+        self._stream.__exit__(None, None, None)
+        self.client.close()

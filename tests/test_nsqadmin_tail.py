@@ -6,14 +6,13 @@ intact (text) or in hex, cut to 4 KiB, at most 20 a second with the rest counted
 the reader goes away the ephemeral channel disappears from nsqd.
 """
 
-import json
 import time
 
 import httpx
 import pytest
 from playwright.sync_api import expect
 
-from .admin_helpers import Cluster, nsqd_stats, topic_on, wait_for
+from .admin_helpers import Cluster, Tail, nsqd_stats, topic_on, wait_for
 
 MAX_BODY = 4096
 
@@ -24,48 +23,6 @@ def cluster(tmp_path_factory):
     running = Cluster(tmp_path_factory.mktemp("cluster"), "--enable-live-tail")
     yield running
     assert running.stop() == [0, 0, 0, 0]
-
-
-class Tail:
-    """An open event stream of ``/api/tail/<topic>``, read event by event."""
-
-    def __init__(self, admin_url: str, topic: str):
-        self.client = httpx.Client(timeout=httpx.Timeout(5.0))
-        self._stream = self.client.stream("GET", f"{admin_url}/api/tail/{topic}")
-        self._response = self._stream.__enter__()
-        assert self._response.status_code == 200, self._response.read()
-        assert self._response.headers["content-type"].startswith("text/event-stream")
-        self._lines = self._response.iter_lines()
-        self.ready = self.next("ready")
-
-    def events(self):
-        """(event, data) as they come; idle comments skipped."""
-        kind, data = "message", []
-        for line in self._lines:
-            if line.startswith(":"):
-                continue
-            if line.startswith("event: "):
-                kind = line[len("event: "):]
-            elif line.startswith("data: "):
-                data.append(line[len("data: "):])
-            elif not line and data:
-                yield kind, json.loads("\n".join(data))
-                kind, data = "message", []
-
-    def next(self, wanted: str, timeout: float = 5.0) -> dict:
-        deadline = time.monotonic() + timeout
-        for kind, data in self.events():
-            if kind == wanted:
-                return data
-            assert time.monotonic() < deadline, f"no {wanted} event within {timeout}s"
-        raise AssertionError(f"the stream ended before a {wanted} event")
-
-    def messages(self, count: int) -> list[dict]:
-        return [self.next("message") for _ in range(count)]
-
-    def close(self) -> None:
-        self._stream.__exit__(None, None, None)
-        self.client.close()
 
 
 def pub(cluster: Cluster, n: int, topic: str, body: bytes) -> None:

@@ -70,14 +70,24 @@ NSQ_DEFAULTS = {
     "e2e_processing_latency_window_time": 600.0,
 }
 
+# The opt-in features beyond NSQ (README "Beyond NSQ"): every default leaves them off.
+BEYOND_NSQ_DEFAULTS = {
+    "http_auth_required": False,
+}
+
 
 @pytest.mark.parametrize("name", NSQ_DEFAULTS)
 def test_defaults_equal_nsqs(name):
     assert getattr(load_options([]), name) == NSQ_DEFAULTS[name]
 
 
+@pytest.mark.parametrize("name", BEYOND_NSQ_DEFAULTS)
+def test_features_beyond_nsq_are_off_by_default(name):
+    assert getattr(load_options([]), name) == BEYOND_NSQ_DEFAULTS[name]
+
+
 def test_every_flag_has_a_checked_default():
-    assert {flag.attr for flag in FLAGS} == set(NSQ_DEFAULTS) | {"node_id"}
+    assert {flag.attr for flag in FLAGS} == set(NSQ_DEFAULTS) | set(BEYOND_NSQ_DEFAULTS) | {"node_id"}
 
 
 def test_flag_names_and_config_keys():

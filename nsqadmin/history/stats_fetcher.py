@@ -133,8 +133,10 @@ class _Connection(asyncio.BufferedProtocol):
 class StatsFetcher:
     """V1 GETs to nsqd, each bounded by the request timeout; FetchError if one fails."""
 
-    def __init__(self, connect_timeout: float, request_timeout: float, ssl_context: ssl.SSLContext | None = None):
+    def __init__(self, connect_timeout: float, request_timeout: float, ssl_context: ssl.SSLContext | None = None,
+                 auth_secret: str = ""):
         self.connect_timeout = connect_timeout
+        self._auth_header = b"Authorization: Bearer %s\r\n" % auth_secret.encode("latin-1") if auth_secret else b""
         self.request_timeout = request_timeout
         self._ssl = ssl_context or ssl.create_default_context()
         self._buffer = memoryview(bytearray(READ_BUFFER))
@@ -228,9 +230,9 @@ class StatsFetcher:
             return f"https://{split_address(address)[0]}:{self._https_ports[address]}{path}"
         return f"http://{address}{path}"
 
-    @staticmethod
-    def _request(address: str, path: str) -> bytes:
-        return b"GET %s HTTP/1.1\r\nHost: %s\r\nAccept: %s\r\n\r\n" % (path.encode(), address.encode(), ACCEPT_V1)
+    def _request(self, address: str, path: str) -> bytes:
+        return b"GET %s HTTP/1.1\r\nHost: %s\r\nAccept: %s\r\n%s\r\n" % (path.encode(), address.encode(), ACCEPT_V1,
+                                                                       self._auth_header)
 
     def _reason(self, address: str, exc: OSError) -> str:
         """What Go's client says: ``dial tcp host:port: connect: connection refused``."""
