@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.nsqd_process import start_nsqd  # noqa: E402
-from bench.run_all import cpu_seconds, free_port, script  # noqa: E402
+from bench.nsqd_process import cpu_seconds, free_port, start_nsqd  # noqa: E402
+from bench.run_all import script  # noqa: E402
 
 GRANT_EVERYTHING = json.dumps({"ttl": 3600, "identity": "bench", "authorizations": [
     {"permissions": ["subscribe", "publish"], "topic": ".*", "channels": [".*"]}]}).encode()
