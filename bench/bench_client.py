@@ -22,8 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.nsq_socket import BenchConnection  # noqa: E402
-from bench.nsqd_process import start_nsqd  # noqa: E402
-from bench.run_all import cpu_seconds  # noqa: E402
+from bench.nsqd_process import cpu_seconds, start_nsqd  # noqa: E402
 from common.client_v2 import encode_mpub  # noqa: E402
 
 TOPIC = "client_bench"

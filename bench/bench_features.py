@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.nsq_socket import BenchConnection  # noqa: E402
-from bench.nsqd_process import start_nsqd  # noqa: E402
-from bench.run_all import cpu_seconds, rate, script  # noqa: E402
+from bench.go_tools import rate, start_tool  # noqa: E402
+from bench.nsqd_process import cpu_seconds, start_nsqd  # noqa: E402
 from common.commands import Mpub  # noqa: E402
 
 MODES = {
@@ -46,7 +46,7 @@ def certificate_flags(directory: str) -> list[str]:
 def run_publish(nsqd_flags: list[str], mode_flags: list[str], runfor: str) -> tuple[float, float]:
     proc, address = start_nsqd(*nsqd_flags)
     try:
-        out = script("bench_writer.py", f"--nsqd-tcp-address={address}", f"--runfor={runfor}", "--connections=2",
+        out = start_tool("bench_writer.py", f"--nsqd-tcp-address={address}", f"--runfor={runfor}", "--connections=2",
                      f"--size={SIZE}", f"--batch-size={BATCH}", *mode_flags).communicate()[0]
         return rate(out), cpu_seconds(proc.pid)
     finally:
@@ -64,7 +64,7 @@ def run_consume(nsqd_flags: list[str], mode_flags: list[str], count: int) -> tup
             producer.read_response()
         producer.close()
         before = cpu_seconds(proc.pid)
-        out = script("bench_reader.py", f"--nsqd-tcp-address={address}", "--runfor=120s", f"--count={count}",
+        out = start_tool("bench_reader.py", f"--nsqd-tcp-address={address}", "--runfor=120s", f"--count={count}",
                      *mode_flags).communicate()[0]
         return rate(out), cpu_seconds(proc.pid) - before
     finally:

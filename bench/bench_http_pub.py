@@ -52,7 +52,7 @@ def main() -> None:
     total, elapsed = run_workers(publish, (args.nsqd_http_address, args.topic, args.size, args.bearer),
                                  args.connections,
                                  parse_duration(args.runfor))
-    print(f"duration: {elapsed:.3f}s - {total / elapsed:.3f}req/s - {elapsed / total * 1e6:.3f}us/req")
+    print(f"duration: {elapsed:.3f}s - {total / elapsed:.3f}req/s - {elapsed / total * 1e6:.3f}us/req - {total} requests")
 
 
 if __name__ == "__main__":

@@ -1,72 +1,118 @@
-"""Consume as fast as possible, FIN every message, like NSQ's bench/bench_reader.
+"""Consume as fast as possible, FIN every message: NSQ's bench/bench_reader's load, in Python.
 
     python bench/bench_reader.py --nsqd-tcp-address=127.0.0.1:4150 --runfor=10s --rdy=2500
 
-Runs until --runfor passes (or --count messages arrive), then prints messages/s and MB/s
-between the first and the last message received. --tls, --snappy, --deflate as bench_writer.
+Each of --connections workers (NSQ's tool opens GOMAXPROCS; 1 here by default, as the
+issue's figures were measured) sends IDENTIFY (msg_timeout 3000) and SUB, waits for the
+start, sends RDY --rdy, then writes a FIN for every message into a 4096-byte buffer, as
+Go's bufio.Writer does: the buffer goes out whenever it is full, after each FIN once
+``count % rdy > rdy * 0.75`` (so the last quarter of every --rdy messages are FINned one
+write each), and every second. After --runfor the connection closes; the rate is the
+messages received over the whole run, NSQ's result line. --count (not in NSQ's tool): each
+connection stops once that many arrived, and the clock with the last one. --tls, --snappy, --deflate negotiate
+those features (not in NSQ's tool).
 """
 
 import argparse
+import struct
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import go_tools  # noqa: E402
 from bench.nsq_socket import add_feature_flags, connect, features  # noqa: E402
 from common.commands import Rdy, Sub  # noqa: E402
-from common.frames import FRAME_TYPE_MESSAGE  # noqa: E402
+from common.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE  # noqa: E402
 from common.goflags import parse_duration  # noqa: E402
 
+IDENTIFY = {"short_id": "test", "long_id": "test", "msg_timeout": 3000}
+WRITE_BUFFER = 4096  # bufio.Writer's default size
+FLUSH_EVERY = 1.0
+_HEAD = struct.Struct(">ii")
 
-def consume(address: str, topic: str, channel: str, rdy: int, runfor: float, count: int,
-            feature_values: dict) -> tuple[int, int, float]:
-    conn = connect(address, feature_values)
-    conn.send(Sub(topic, channel).to_bytes())
-    conn.read_response()
-    conn.send(Rdy(rdy).to_bytes())
-    received = received_bytes = 0
-    start = last = None
-    deadline = time.monotonic() + runfor
-    conn.sock.settimeout(1.0)
-    while time.monotonic() < deadline and (not count or received < count):
+
+class FinWriter:
+    """FINs through a bufio.Writer of WRITE_BUFFER bytes."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.buffer = bytearray()
+
+    def flush(self) -> None:
+        if self.buffer:
+            self.conn.send(bytes(self.buffer))
+            self.buffer.clear()
+
+
+def consume(address: str, topic: str, channel: str, rdy: int, runfor: float, count: int, feature_values: dict,
+            start, results) -> None:
+    conn = connect(address, feature_values, IDENTIFY)
+    start.wait()
+    cpu = time.process_time()
+    conn.send(Sub(topic, channel).to_bytes() + Rdy(rdy).to_bytes())
+    received = read_messages(conn, rdy, runfor, count)
+    conn.close()
+    results.put((received, time.process_time() - cpu))
+
+
+def read_messages(conn, rdy: int, runfor: float, count: int) -> int:
+    """FIN messages until --runfor has passed or ``count`` arrived; how many arrived."""
+    began = time.monotonic()
+    end, next_flush = began + runfor, began + FLUSH_EVERY
+    writer = FinWriter(conn)
+    buffer, threshold, received = writer.buffer, rdy * 0.75, 0
+    unpack_head, unread = _HEAD.unpack_from, bytearray()
+    while True:
+        now = time.monotonic()
+        if now >= end or (count and received >= count):
+            return received
+        if now >= next_flush:
+            writer.flush()
+            next_flush += FLUSH_EVERY
+        conn.sock.settimeout(min(end, next_flush) - now)
         try:
-            frames = conn.read_frames()
+            unread += conn.receive()
         except TimeoutError:
             continue
-        fins = []
-        for frame_type, data in frames:
+        pos, length = 0, len(unread)
+        while length - pos >= 8:
+            size, frame_type = unpack_head(unread, pos)
+            frame_end = pos + 4 + size
+            if frame_end > length:
+                break
             if frame_type == FRAME_TYPE_MESSAGE:
-                if start is None:
-                    start = time.monotonic()
-                fins.append(b"FIN " + data[10:26] + b"\n")
-                received_bytes += len(data) - 26
-            elif data == b"_heartbeat_":
-                fins.append(b"NOP\n")
-        received += len(fins)
-        if fins:
-            last = time.monotonic()
-            conn.send(b"".join(fins))
-    elapsed = (last - start) if start is not None else 0.0
-    conn.close()
-    return received, received_bytes, elapsed
+                buffer += b"FIN "
+                buffer += unread[pos + 18:pos + 34]
+                buffer += b"\n"
+                received += 1
+                if received % rdy > threshold:
+                    writer.flush()
+                elif len(buffer) > WRITE_BUFFER:
+                    conn.send(bytes(buffer[:WRITE_BUFFER]))
+                    del buffer[:WRITE_BUFFER]
+            else:
+                if frame_type == FRAME_TYPE_ERROR:
+                    print(bytes(unread[pos + 8:frame_end]).decode(), file=sys.stderr)
+                writer.flush()
+            pos = frame_end
+        del unread[:pos]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nsqd-tcp-address", default="127.0.0.1:4150")
-    parser.add_argument("--topic", default="sub_bench")
-    parser.add_argument("--channel", default="ch")
-    parser.add_argument("--runfor", default="10s")
-    parser.add_argument("--rdy", type=int, default=2500)
-    parser.add_argument("--count", type=int, default=0, help="stop after this many messages")
+    go_tools.add_go_flags(parser, runfor="10s")
+    parser.add_argument("--channel", default="ch", help="channel to receive messages on")
+    parser.add_argument("--rdy", type=int, default=2500, help="RDY count to use")
+    parser.add_argument("--count", type=int, default=0, help="stop once this many messages arrived")
     add_feature_flags(parser)
     args = parser.parse_args()
-    received, received_bytes, elapsed = consume(args.nsqd_tcp_address, args.topic, args.channel, args.rdy,
-                                                 parse_duration(args.runfor), args.count, features(args))
-    elapsed = max(elapsed, 1e-9)
-    print(f"duration: {elapsed:.3f}s - {received_bytes / elapsed / 1024 / 1024:.3f}mb/s - "
-          f"{received / elapsed:.3f}ops/s - {elapsed / max(received, 1) * 1e6:.3f}us/op")
+    count, elapsed, cpu = go_tools.run(
+        consume, (args.nsqd_tcp_address, args.topic, args.channel, args.rdy, parse_duration(args.runfor),
+                  args.count, features(args)), args.connections, args.deadline)
+    print(go_tools.result_line(count, args.size, elapsed))
+    print(go_tools.client_cpu_line("bench_reader", cpu, count))
 
 
 if __name__ == "__main__":

@@ -22,8 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.nsq_socket import BenchConnection  # noqa: E402
-from bench.nsqd_process import start_nsqd  # noqa: E402
-from bench.run_all import cpu_seconds  # noqa: E402
+from bench.nsqd_process import cpu_seconds, start_nsqd  # noqa: E402
 from bench.workers import run_workers  # noqa: E402
 from common.commands import Mpub, Pub  # noqa: E402
 from common.frames import FRAME_TYPE_ERROR  # noqa: E402

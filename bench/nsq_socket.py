@@ -11,7 +11,7 @@ import ssl
 
 from common.commands import MAGIC_V2, Identify
 from common.compression import DeflateCodec, SnappyCodec
-from common.frames import FRAME_TYPE_ERROR, FrameReader
+from common.frames import FRAME_TYPE_ERROR, OK, FrameReader
 
 
 def tls_context(ca_file: str = "") -> ssl.SSLContext:
@@ -35,23 +35,30 @@ def features(args) -> dict:
     return {"tls": args.tls, "ca_file": args.tls_root_ca_file, "snappy": args.snappy, "deflate": args.deflate}
 
 
-def connect(address: str, feature_values: dict) -> "BenchConnection":
-    identify = {"tls_v1": feature_values["tls"], "snappy": feature_values["snappy"],
-                "deflate": feature_values["deflate"]}
+def connect(address: str, feature_values: dict, identify: dict | None = None) -> "BenchConnection":
+    """IDENTIFY with ``identify``'s fields; with feature negotiation only if a feature is asked for."""
+    identify = dict(identify or {})
+    if feature_values["tls"] or feature_values["snappy"] or feature_values["deflate"]:
+        identify.update(feature_negotiation=True, tls_v1=feature_values["tls"], snappy=feature_values["snappy"],
+                        deflate=feature_values["deflate"])
     tls = tls_context(feature_values["ca_file"]) if feature_values["tls"] else None
     return BenchConnection(address, identify, tls)
 
 
 class BenchConnection:
+    """``identify``: the IDENTIFY body (default: feature negotiation only)."""
+
     def __init__(self, address: str, identify: dict | None = None, tls: ssl.SSLContext | None = None):
         host, _, port = address.rpartition(":")
         self.sock = socket.create_connection((host, int(port)))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.reader = FrameReader()
         self.codec = None
-        self.sock.sendall(MAGIC_V2 + Identify({"feature_negotiation": True, **(identify or {})}).to_bytes())
+        self.sock.sendall(MAGIC_V2 + Identify({"feature_negotiation": True} if identify is None else identify)
+                          .to_bytes())
         unread = bytearray()
-        answer = json.loads(self._read_one_frame(unread))
+        data = self._read_one_frame(unread)
+        answer = {"tls_v1": False, "snappy": False, "deflate": False} if data == OK else json.loads(data)
         if answer["tls_v1"]:
             self.sock = tls.wrap_socket(self.sock, server_hostname=host)
             self._read_one_frame(unread)  # OK, through TLS
@@ -79,6 +86,18 @@ class BenchConnection:
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(self.codec.encode(data) if self.codec else data)
+
+    def receive(self) -> bytes:
+        """Whatever has arrived (blocking for something), decoded; first what the frame
+        reader holds, for a caller that parses frames itself from here on."""
+        if self.reader.buffered:
+            return self.reader.take_buffered()
+        data = self.sock.recv(256 * 1024)
+        if not data:
+            raise ConnectionError("nsqd closed the connection")
+        if isinstance(self.sock, ssl.SSLSocket):
+            data += self._more_tls_records()
+        return self.codec.decode(data) if self.codec else data
 
     def read_frames(self):
         """Block for at least one frame; yield every complete frame received."""

@@ -1,5 +1,6 @@
 """Start this project's nsqd on a free loopback port for a benchmark, and read its RSS and CPU."""
 
+import contextlib
 import re
 import socket
 import subprocess
@@ -53,6 +54,18 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
+@contextlib.contextmanager
+def running_nsqd(*args: str):
+    """A fresh nsqd for one run: (process, TCP address); terminated afterwards."""
+    proc, address = start_nsqd(*args)
+    try:
+        yield proc, address
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU seconds so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 10 ms

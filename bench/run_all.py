@@ -1,75 +1,81 @@
-"""Run every nsqd benchmark against a fresh nsqd each time and print medians.
+"""Every nsqd figure of the README in one run: medians of --runs fresh nsqd each, with nsqd's
+CPU seconds per million messages.
 
     python bench/run_all.py [--runs=3] [--runfor=10s]
 
-publish:       bench_writer with 2 connections, MPUB batches of 200 x 200-byte messages.
-e2e:           bench_reader (SUB, RDY 2500, FIN each) running while bench_writer (1 connection)
-               publishes; the rate is what the reader consumed per second.
-... disk:      the same two with --mem-queue-size=0, so every message goes through the disk queue.
-http pub:      POST /pub, one message per request, 4 keep-alive connections.
-memory:        RSS with 1,000,000 queued 200-byte messages in one channel.
-restart:       first delivery after restarting an nsqd with 1,000,000 messages on disk.
-Also prints nsqd's CPU seconds per run, since this machine is shared and noisy.
+The load is NSQ's bench tools' (bench_writer.py, bench_reader.py: one connection each,
+200-byte messages, MPUB batches of 200 each waiting for its OK; RDY 2500, a FIN for every
+message with bufio's flushing):
+publish:            bench_writer alone, every message kept in memory (--mem-queue-size=100000000).
+pub+sub:            bench_reader and bench_writer from the same deadline, default flags; the
+                    writer's rate in, the reader's out.
+pub+sub mem 0:      the same with --mem-queue-size=0 (every message through the disk queue).
+drain:              bench_drain.py: bench_reader draining what a --runfor bench_writer left on disk.
+PUB x16:            bench_pub.py: PUB one message at a time on 16 connections.
+http pub:           POST /pub, one message per request, 4 keep-alive connections.
+10 channels:        bench_channels.py: one writer, a bench_reader on each of 10 channels.
+latency:            bench_latency.py: publish-to-delivery at a steady 10,000 msgs/s.
+memory, restart:    bench_memory.py, bench_restart.py.
 """
 
 import argparse
 import re
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.nsqd_process import cpu_seconds, free_port, start_nsqd  # noqa: E402
-from common.goflags import parse_duration  # noqa: E402
+from bench import go_tools  # noqa: E402
+from bench.nsqd_process import cpu_seconds, free_port, running_nsqd  # noqa: E402
+from bench.report import figure  # noqa: E402
+
+IN_MEMORY = "--mem-queue-size=100000000"
 
 
-def script(name: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(ROOT / "bench" / name), *args], stdout=subprocess.PIPE, text=True)
+def run_publish(runfor: str) -> tuple[float, float]:
+    with running_nsqd(IN_MEMORY) as (proc, address):
+        before = cpu_seconds(proc.pid)
+        out = go_tools.finish(go_tools.start_tool("bench_writer.py", f"--nsqd-tcp-address={address}",
+                                                  f"--runfor={runfor}"))
+        return go_tools.rate(out), (cpu_seconds(proc.pid) - before) * 1e6 / go_tools.messages(out)
 
 
-def rate(output: str) -> float:
-    return float(re.search(r"([\d.]+)ops/s", output).group(1))
+def run_pub_sub(runfor: str, *flags: str) -> tuple[float, float, float]:
+    """Rate in, rate out, nsqd CPU s per million messages (published and delivered)."""
+    with running_nsqd(*flags) as (proc, address):
+        before = cpu_seconds(proc.pid)
+        common = (f"--nsqd-tcp-address={address}", f"--runfor={runfor}", f"--deadline={go_tools.deadline_in(1)}")
+        reader = go_tools.start_tool("bench_reader.py", *common)
+        writer = go_tools.start_tool("bench_writer.py", *common)
+        written, read = go_tools.finish(writer), go_tools.finish(reader)
+        cpu = cpu_seconds(proc.pid) - before
+        return go_tools.rate(written), go_tools.rate(read), cpu * 1e6 / go_tools.messages(written)
 
 
-def run_publish(runfor: str, *flags: str) -> tuple[float, float]:
-    proc, address = start_nsqd(*flags)
-    try:
-        out = script("bench_writer.py", f"--nsqd-tcp-address={address}", f"--runfor={runfor}",
-                     "--connections=2").communicate()[0]
-        return rate(out), cpu_seconds(proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait()
-
-
-def run_e2e(runfor: str, *flags: str) -> tuple[float, float]:
-    proc, address = start_nsqd(*flags)
-    try:
-        reader = script("bench_reader.py", f"--nsqd-tcp-address={address}",
-                        f"--runfor={parse_duration(runfor) + 5}s")
-        time.sleep(1)
-        script("bench_writer.py", f"--nsqd-tcp-address={address}", f"--runfor={runfor}",
-               "--connections=1").communicate()
-        return rate(reader.communicate()[0]), cpu_seconds(proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait()
+def run_pub(runfor: str) -> tuple[float, float]:
+    with running_nsqd() as (proc, address):
+        before = cpu_seconds(proc.pid)
+        out = go_tools.finish(go_tools.start_tool("bench_pub.py", f"--nsqd-tcp-address={address}",
+                                                  f"--runfor={runfor}", "--connections=16"))
+        return go_tools.rate(out), (cpu_seconds(proc.pid) - before) * 1e6 / go_tools.messages(out)
 
 
 def run_http_pub(runfor: str) -> tuple[float, float]:
     port = free_port()
-    proc, _ = start_nsqd(f"--http-address=127.0.0.1:{port}")
-    try:
-        out = script("bench_http_pub.py", f"--nsqd-http-address=127.0.0.1:{port}", f"--runfor={runfor}",
-                     "--connections=4").communicate()[0]
-        return float(re.search(r"([\d.]+)req/s", out).group(1)), cpu_seconds(proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait()
+    with running_nsqd(f"--http-address=127.0.0.1:{port}") as (proc, _):
+        before = cpu_seconds(proc.pid)
+        out = go_tools.finish(go_tools.start_tool("bench_http_pub.py", f"--nsqd-http-address=127.0.0.1:{port}",
+                                                  f"--runfor={runfor}", "--connections=4"))
+        requests = int(re.search(r"(\d+) requests", out).group(1))
+        return float(re.search(r"([\d.]+)req/s", out).group(1)), (cpu_seconds(proc.pid) - before) * 1e6 / requests
+
+
+def standalone(name: str, *args: str) -> str:
+    """A benchmark that runs its own nsqd and prints its own figure."""
+    return subprocess.run([sys.executable, str(ROOT / "bench" / name), *args], capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 def main() -> None:
@@ -77,22 +83,23 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--runfor", default="10s")
     args = parser.parse_args()
-    benches = (
-        ("publish", "msgs/s", lambda: run_publish(args.runfor)),
-        ("e2e", "msgs/s", lambda: run_e2e(args.runfor)),
-        ("publish disk", "msgs/s", lambda: run_publish(args.runfor, "--mem-queue-size=0")),
-        ("e2e disk", "msgs/s", lambda: run_e2e(args.runfor, "--mem-queue-size=0")),
-        ("http pub", "req/s", lambda: run_http_pub(args.runfor)),
-    )
-    for name, unit, bench in benches:
-        results = [bench() for _ in range(args.runs)]
-        rates = [r for r, _ in results]
-        print(f"{name}: median {statistics.median(rates):,.0f} {unit} over {args.runs} runs "
-              f"({', '.join(f'{r:,.0f}' for r in rates)}); nsqd CPU s per run: "
-              f"{', '.join(f'{c:.1f}' for _, c in results)}", flush=True)
+    runs, runfor = range(args.runs), args.runfor
+    results = [run_publish(runfor) for _ in runs]
+    print(figure("publish, in memory", "msgs/s", [r for r, _ in results], [c for _, c in results]), flush=True)
+    for name, flags in (("pub+sub, default flags", ()), ("pub+sub, --mem-queue-size=0", ("--mem-queue-size=0",))):
+        results = [run_pub_sub(runfor, *flags) for _ in runs]
+        print(figure(f"{name}, out", "msgs/s", [out for _, out, _ in results], [c for _, _, c in results],
+                     f"; in: {', '.join(f'{i:,.0f}' for i, _, _ in results)} msgs/s"), flush=True)
+    print(standalone("bench_drain.py", f"--runs={args.runs}", f"--fill={runfor}", f"--runfor={runfor}"), flush=True)
+    results = [run_pub(runfor) for _ in runs]
+    print(figure("PUB on 16 connections", "msgs/s", [r for r, _ in results], [c for _, c in results]), flush=True)
+    results = [run_http_pub(runfor) for _ in runs]
+    print(figure("HTTP POST /pub, 4 connections", "req/s", [r for r, _ in results], [c for _, c in results]),
+          flush=True)
+    print(standalone("bench_channels.py", f"--runs={args.runs}", f"--runfor={runfor}"), flush=True)
+    print(standalone("bench_latency.py", f"--runs={args.runs}"), flush=True)
     for name in ("bench_memory.py", "bench_restart.py"):
-        print(subprocess.run([sys.executable, str(ROOT / "bench" / name)], capture_output=True,
-                             text=True).stdout.strip(), flush=True)
+        print(standalone(name), flush=True)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,12 @@ class FrameReader:
         self._pos = end
         return Frame(frame_type, bytes(buf[pos + 8 : end]))
 
+    def take_buffered(self) -> bytes:
+        """Hand back every byte received but not taken out as a frame."""
+        rest = bytes(self._buf[self._pos :])
+        self._buf, self._pos = bytearray(), 0
+        return rest
+
     def frames(self):
         """Yield every complete frame buffered so far."""
         while (frame := self.next_frame()) is not None:
