@@ -15,8 +15,13 @@ Theory of operation (nsqd/protocol_v2.go):
   nsqd's enforceTLSPolicy does.
 * Errors are raised as :class:`ClientError`; only nsqd's three *_FAILED codes are
   non-fatal, and those come from the server, never from the parser.
+* With ``fin_runs`` (nsqd's choice), consecutive plain ``FIN <16-byte id>\\n`` lines come
+  out as one :class:`FinRun` event, which the server finishes as a batch; any other
+  form of FIN (``\\r\\n``, extra parameters, a bad ID) is a :class:`Fin` as always, so
+  the same bytes give the same answers.
 """
 
+import re
 import struct
 from enum import IntEnum
 from typing import NamedTuple
@@ -30,6 +35,8 @@ from .names import is_valid_name
 
 MAX_LINE_LENGTH = 16 * 1024  # newline included: nsqd reads lines through a 16 KiB bufio.Reader
 _SIZE = struct.Struct(">i")
+_FIN_RUN = re.compile(rb"(?:FIN [^ \r\n]{16}\n)+")
+_FIN_LINE = 21
 
 
 class State(IntEnum):
@@ -47,6 +54,12 @@ class Limits(NamedTuple):
     max_msg_size: int = 1024 * 1024
     max_rdy_count: int = 2500
     max_req_timeout_ms: int = 60 * 60 * 1000
+
+
+class FinRun(NamedTuple):
+    """Consecutive FIN commands, in order (the parser's ``fin_runs`` mode)."""
+
+    ids: list[bytes]
 
 
 class _NeedData:
@@ -80,8 +93,10 @@ def _invalid(description: str) -> ClientError:
 class CommandParser:
     """Incremental, bounded parser of one client connection's byte stream."""
 
-    def __init__(self, limits: Limits = Limits(), expect_magic: bool = True, tls_required: bool = False):
+    def __init__(self, limits: Limits = Limits(), expect_magic: bool = True, tls_required: bool = False,
+                 fin_runs: bool = False):
         self.limits = limits
+        self.fin_runs = fin_runs
         self.state = State.INIT
         self.tls_required = tls_required
         self._magic_pending = expect_magic
@@ -153,6 +168,12 @@ class CommandParser:
             self._consume(self._pos + 4)
         while True:
             buf, pos = self._buf, self._pos
+            if self.fin_runs and buf.startswith(b"FIN ", pos) and self.state in _IN_FLIGHT_OPS:
+                run = _FIN_RUN.match(buf, pos)
+                if run is not None:
+                    end = run.end()
+                    self._consume(end)
+                    return FinRun([buf[start : start + MSG_ID_LENGTH] for start in range(pos + 4, end, _FIN_LINE)])
             newline = buf.find(b"\n", pos, pos + MAX_LINE_LENGTH)
             if newline < 0:
                 if len(buf) - pos >= MAX_LINE_LENGTH:

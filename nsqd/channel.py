@@ -76,13 +76,31 @@ class Channel:
         """New messages from the topic; OSError if some could not be written to disk."""
         self.message_count += len(headers)
         if self._delivering() and self._ready:
-            for index, header in enumerate(headers):
-                if not self._deliver_to_ready(header, bodies[index]):
-                    headers, bodies = headers[index:], bodies[index:]
-                    break
-            else:
+            taken = self._deliver_many_to_ready(headers, bodies)
+            if taken == len(headers):
                 return
+            headers, bodies = headers[taken:], bodies[taken:]
         self.queue.put(headers, bodies)
+
+    def _deliver_many_to_ready(self, headers: list[bytes], bodies: list[bytes]) -> int:
+        """Hand messages to ready clients; how many were taken. One ready client takes
+        all it can at once; several take turns, one message each."""
+        ready = self._ready
+        if len(ready) == 1:
+            client = ready[0]
+            if client.can_take_message():
+                taken = client.send_messages(headers, bodies, 0)
+                if client.can_take_message():
+                    return taken
+            else:
+                taken = 0
+            ready.popleft()
+            client.in_ready_queue = False
+            return taken
+        for index, header in enumerate(headers):
+            if not self._deliver_to_ready(header, bodies[index]):
+                return index
+        return len(headers)
 
     def requeue(self, header: bytes, body: bytes) -> None:
         """A message back from a client (REQ 0, timeout, disconnect) or out of deferral."""
@@ -106,18 +124,17 @@ class Channel:
         if not self._delivering() or not client.can_take_message():
             return
         queue = self.queue
-        headers, bodies = queue.headers, queue.bodies
-        while headers:
-            client.send_message(headers.popleft(), bodies.popleft())
+        while queue.headers:
+            headers, bodies = queue.take_from_memory(client.ready_count - len(client.in_flight))
+            client.send_messages(headers, bodies, 0)
             if not client.can_take_message():
                 return
         while queue.has_backend_data():
-            batch = queue.take_from_disk(client.ready_count - len(client.in_flight))
-            for header, body in batch:
-                client.send_message(header, body)
+            headers, bodies = queue.take_from_disk(client.ready_count - len(client.in_flight))
+            client.send_messages(headers, bodies, 0)
             if not client.can_take_message():
                 return
-            if not batch:
+            if not headers:
                 break
         if not client.in_ready_queue:
             client.in_ready_queue = True

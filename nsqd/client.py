@@ -23,7 +23,9 @@ from common.protocol_v2 import State
 from .message import InFlight
 from .options import DEFAULT_HEARTBEAT_INTERVAL
 
-_ATTEMPTS = struct.Struct(">H")
+# a message frame up to its body: size, type, then the header with its attempts replaced
+# ("8s" packs the header's first 8 bytes, its timestamp)
+_MESSAGE_HEAD = struct.Struct(">ii8sH16s")
 _MESSAGE_OVERHEAD = 4 + HEADER_LENGTH  # frame type + header, counted in the frame size
 
 
@@ -62,6 +64,7 @@ class Client:
         self.flush_now = False
         self.first_buffered_at = 0.0
         self.output_changed = trio.Event()
+        self.output_ready = self._wake_writer  # the connection's: called when output may need sending
         self.timeouts_changed = trio.Event()
 
     def __repr__(self) -> str:
@@ -108,6 +111,7 @@ class Client:
                 raise _bad_identify(f"msg timeout ({msg_timeout}) is invalid")
             self.msg_timeout = msg_timeout / 1000
         self.identified = True
+        self._wake_writer()  # it takes the new heartbeat interval (and read deadline)
 
     @property
     def authed(self) -> bool:
@@ -129,6 +133,9 @@ class Client:
         self.out += FRAME_HEAD.pack(len(data) + 4, frame_type)
         self.out += data
         self.flush_now = True
+        self.output_ready()
+
+    def _wake_writer(self) -> None:
         self.output_changed.set()
 
     def take_output(self) -> bytearray:
@@ -143,34 +150,50 @@ class Client:
 
     def send_message(self, header: bytes, body: bytes) -> None:
         """Deliver one message: frame it into ``out`` and hold it in flight."""
-        if self.sample_rate and random.randrange(100) > self.sample_rate:
-            return
-        attempts = ((header[8] << 8) | header[9]) + 1
-        msg_id = header[10:HEADER_LENGTH]
+        self.send_messages((header,), (body,), 0)
+
+    def send_messages(self, headers, bodies, start: int) -> int:
+        """Deliver ``headers[start:]`` / ``bodies[start:]`` in order while the client can take
+        more; the index after the last one taken. The flush policy is applied once, after."""
+        in_flight, out, ready_count = self.in_flight, self.out, self.ready_count
+        end = len(headers)
+        if start >= end or len(in_flight) >= ready_count:
+            return start
         now = trio.current_time()
-        in_flight = self.in_flight
+        deadline = now + self.msg_timeout
         if not in_flight:
             self.timeouts_changed.set()
-        in_flight[msg_id] = InFlight(msg_id, header, body, attempts, now + self.msg_timeout, now)
-        self.message_count += 1
-        out = self.out
-        if not out:
+        was_empty = not out
+        sample_rate = self.sample_rate
+        frames: list[bytes] = []
+        add, pack = frames.append, _MESSAGE_HEAD.pack
+        index = start
+        while index < end and len(in_flight) < ready_count:
+            header, body = headers[index], bodies[index]
+            index += 1
+            if sample_rate and random.randrange(100) > sample_rate:
+                continue
+            attempts = ((header[8] << 8) | header[9]) + 1
+            msg_id = header[10:HEADER_LENGTH]
+            in_flight[msg_id] = InFlight(msg_id, header, body, attempts, deadline, now)
+            add(pack(len(body) + _MESSAGE_OVERHEAD, FRAME_TYPE_MESSAGE, header, attempts & 0xFFFF, msg_id))
+            add(body)
+        self.message_count += len(frames) // 2
+        out += b"".join(frames)
+        if was_empty and out:
             self.first_buffered_at = now
-            self.output_changed.set()
-        out += FRAME_HEAD.pack(len(body) + _MESSAGE_OVERHEAD, FRAME_TYPE_MESSAGE)
-        out += header
-        _ATTEMPTS.pack_into(out, len(out) - 18, attempts & 0xFFFF)
-        out += body
-        if len(out) >= self.output_buffer_size or len(in_flight) >= self.ready_count:
+            self.output_ready()
+        if len(out) >= self.output_buffer_size or len(in_flight) >= ready_count:
             self.flush_now = True
-            self.output_changed.set()
+            self.output_ready()
+        return index
 
     def set_ready_count(self, count: int) -> None:
         self.ready_count = count
         if self.out and len(self.in_flight) >= count:
             # no longer ready: buffered messages go out now, as nsqd's messagePump flushes
             self.flush_now = True
-            self.output_changed.set()
+            self.output_ready()
         if self.channel is not None:
             self.channel.client_ready(self)
 
@@ -190,6 +213,25 @@ class Client:
         if self.channel.e2e_latency is not None:
             self.channel.e2e_latency.insert(TIMESTAMP_ATTEMPTS.unpack_from(msg.header)[0], time.time_ns())
         self.channel.client_ready(self)
+
+    def finish_many(self, ids: list[bytes]) -> int:
+        """FIN ``ids`` in order up to the first one not in flight (left to ``finish`` to refuse),
+        then refill the client once; how many were finished."""
+        in_flight, capped, latency = self.in_flight, self._capped, self.channel.e2e_latency
+        done = 0
+        for msg_id in ids:
+            msg = in_flight.pop(msg_id, None)
+            if msg is None:
+                break
+            if capped:
+                capped.pop(msg_id, None)
+            if latency is not None:
+                latency.insert(TIMESTAMP_ATTEMPTS.unpack_from(msg.header)[0], time.time_ns())
+            done += 1
+        self.finish_count += done
+        if done:
+            self.channel.client_ready(self)
+        return done
 
     def requeue(self, msg_id: bytes, delay: float) -> None:
         msg = self._pop_in_flight(msg_id, "REQ", "E_REQ_FAILED")

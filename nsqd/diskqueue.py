@@ -251,11 +251,38 @@ class DiskQueue:
         """Take up to ``max_count`` records off the front (they leave the queue)."""
         out: list[bytes] = []
         while len(out) < max_count and self.has_data():
+            if self._read_fd is not None and self._take_buffered(out, max_count):
+                continue
             payload = self._read_one()
             if payload is not None:
                 out.append(payload)
         self.writes_since_sync += len(out)
         return out
+
+    def _take_buffered(self, out: list[bytes], max_count: int) -> int:
+        """Append the records already in the read buffer, up to the read file's end, without
+        another read; how many. Anything unusual (a record cut by the buffer, a bad length)
+        is left to ``_read_one``."""
+        buf, pos, read_pos = self._read_buf, self._read_buf_pos, self.read_pos
+        limit = self.write_pos if self.read_file_num == self.write_file_num else self._read_end
+        smallest, largest, unpack = self.min_msg_size, self.max_msg_size, _LENGTH.unpack_from
+        available, wanted, taken = len(buf), max_count - len(out), 0
+        while taken < wanted and available - pos >= 4:
+            size = unpack(buf, pos)[0]
+            end = pos + 4 + size
+            if not smallest <= size <= largest or end > available or read_pos + 4 + size > limit:
+                break
+            out.append(buf[pos + 4:end])
+            pos = end
+            read_pos += 4 + size
+            taken += 1
+        if taken:
+            self._read_buf_pos, self.read_pos = pos, read_pos
+            self.depth -= taken
+            if self.read_file_num < self.write_file_num and read_pos >= self._read_end:
+                self._finish_read_file()
+            self._check_tail()
+        return taken
 
     def _read_one(self) -> bytes | None:
         try:

@@ -74,26 +74,29 @@ class MessageQueue:
             raise
         self.nsqd.disk_written(self.backend)
 
-    def take_from_disk(self, count: int) -> list[tuple[bytes, bytes]]:
+    def take_from_memory(self, count: int) -> tuple[list[bytes], list[bytes]]:
+        """Up to ``count`` messages from the memory part (they leave it)."""
+        count = min(count, len(self.headers))
+        pop_header, pop_body = self.headers.popleft, self.bodies.popleft
+        return [pop_header() for _ in range(count)], [pop_body() for _ in range(count)]
+
+    def take_from_disk(self, count: int) -> tuple[list[bytes], list[bytes]]:
         """Up to ``count`` messages off the disk queue (they leave it)."""
         try:
             payloads = self.backend.read(count)
         except OSError as exc:
             self.nsqd.disk_failed(self.name, exc)
-            return []
+            return [], []
         self.nsqd.disk_used(self.backend)
-        return [(payload[:HEADER_LENGTH], payload[HEADER_LENGTH:]) for payload in payloads]
+        return [payload[:HEADER_LENGTH] for payload in payloads], [payload[HEADER_LENGTH:] for payload in payloads]
 
     def take(self, count: int) -> tuple[list[bytes], list[bytes]]:
         """Up to ``count`` messages, memory first, then disk."""
-        headers, bodies = [], []
-        while self.headers and len(headers) < count:
-            headers.append(self.headers.popleft())
-            bodies.append(self.bodies.popleft())
+        headers, bodies = self.take_from_memory(count)
         if len(headers) < count and self.has_backend_data():
-            for header, body in self.take_from_disk(count - len(headers)):
-                headers.append(header)
-                bodies.append(body)
+            from_disk = self.take_from_disk(count - len(headers))
+            headers += from_disk[0]
+            bodies += from_disk[1]
         return headers, bodies
 
     def empty(self) -> None:

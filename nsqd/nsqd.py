@@ -30,6 +30,7 @@ from .guid import GuidFactory
 from .http_api import HTTPAPI, tls_required_handler
 from .lookup import Lookup
 from .options import TLS_REQUIRED
+from .output_batch import OutputBatch
 from .stats import GCPauses
 from .tcp import Connection
 from .tls import client_context, server_context
@@ -47,6 +48,7 @@ class NSQD:
         self.guid = GuidFactory(opts.node_id)
         self.topics: dict[str, Topic] = {}
         self.connections: set[Connection] = set()
+        self.output_batch = OutputBatch()
         self.start_time = int(time.time())
         self.hostname = socket.gethostname()
         self.tcp_port = 0

@@ -26,7 +26,7 @@ from common.compression import DeflateCodec, SnappyCodec
 from common.errors import ClientError
 from common.frames import CLOSE_WAIT, OK
 from common.goquote import go_quote
-from common.protocol_v2 import CommandParser, Limits, State
+from common.protocol_v2 import CommandParser, FinRun, Limits, State
 
 from .auth import AuthError, AuthQuery
 from .options import TLS_NOT_REQUIRED
@@ -54,11 +54,12 @@ class ProtocolV2:
         self.nsqd = nsqd
         self.client = client
         self.upgrade = upgrade
-        self.parser = CommandParser(limits_from(nsqd.opts), tls_required=nsqd.opts.tls_required != TLS_NOT_REQUIRED)
+        self.parser = CommandParser(limits_from(nsqd.opts), tls_required=nsqd.opts.tls_required != TLS_NOT_REQUIRED,
+                                    fin_runs=True)
         self._unanswered: deque = deque()  # (command name, SyncRound or None) of publishes not yet answered
         self._handlers = {
             Identify: self.identify, Auth: self.auth, Sub: self.sub, Rdy: self.rdy,
-            Fin: self.fin, Req: self.req, Touch: self.touch, Cls: self.cls, Nop: self.nop,
+            Fin: self.fin, FinRun: self.fin_run, Req: self.req, Touch: self.touch, Cls: self.cls, Nop: self.nop,
             Pub: self.pub, Mpub: self.mpub, Dpub: self.dpub,
         }
         if nsqd.auth_servers is not None:
@@ -92,6 +93,11 @@ class ProtocolV2:
                     raise ClientError(f"E_{name}_FAILED", f"{name} failed {exc.strerror or exc}") from exc
             unanswered.popleft()
             self.client.send_response(OK)
+
+    def refuse(self, err: ClientError) -> None:
+        """Tell the client what it did wrong (the connection closes after a fatal error)."""
+        log.log(logging.ERROR if err.fatal else logging.INFO, "client %s: %s", self.client.remote_address, err)
+        self.client.send_error(err)
 
     def _set_state(self, state: State) -> None:
         self.client.state = state
@@ -201,6 +207,20 @@ class ProtocolV2:
 
     def fin(self, command: Fin) -> None:
         self.client.finish(command.id)
+
+    def fin_run(self, command: FinRun) -> None:
+        """FIN each ID in turn; one that fails gets its error where a lone FIN would, after the
+        messages the FINs before it freed, and the rest go on."""
+        ids = command.ids
+        while ids:
+            done = self.client.finish_many(ids)
+            if done == len(ids):
+                return
+            try:
+                self.client.finish(ids[done])
+            except ClientError as err:
+                self.refuse(err)
+            ids = ids[done + 1:]
 
     def req(self, command: Req) -> None:
         self.client.requeue(command.id, command.timeout_ms / 1000)
