@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.nsqd_process import cpu_seconds, free_port, start_nsqd  # noqa: E402
-from bench.run_all import script  # noqa: E402
+from bench.go_tools import start_tool  # noqa: E402
 
 GRANT_EVERYTHING = json.dumps({"ttl": 3600, "identity": "bench", "authorizations": [
     {"permissions": ["subscribe", "publish"], "topic": ".*", "channels": [".*"]}]}).encode()
@@ -52,7 +52,7 @@ def http_pub(runfor: str, flags: list[str]) -> tuple[float, float]:
     proc, _ = start_nsqd(f"--http-address=127.0.0.1:{port}", *flags)
     try:
         before = cpu_seconds(proc.pid)
-        out = script("bench_http_pub.py", f"--nsqd-http-address=127.0.0.1:{port}", f"--runfor={runfor}",
+        out = start_tool("bench_http_pub.py", f"--nsqd-http-address=127.0.0.1:{port}", f"--runfor={runfor}",
                      "--connections=4", "--bearer=bench").communicate()[0]
         used = cpu_seconds(proc.pid) - before
         per_second = float(re.search(r"([\d.]+)req/s", out).group(1))
