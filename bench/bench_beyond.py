@@ -1,19 +1,27 @@
-"""What the opt-in features beyond NSQ cost nsqd: its CPU time per message (or request), off and on.
+"""What the opt-in features beyond NSQ cost nsqd per message (or request), off and on.
 
-    python bench/bench_beyond.py [--runs=5] [--runfor=5s] [--features=http-auth]
+    python bench/bench_beyond.py [--runs=5] [--runfor=5s] [--count=100000] [--features=http-auth,msg-ttl]
+    python bench/bench_beyond.py --callgrind [--base-root=DIR] ...
 
 http-auth: POST /pub over 4 keep-alive connections for --runfor, each request with a bearer
            secret, against nsqd without and with --http-auth-required (an auth server in this
            process grants everything; nsqd asks it once and keeps the answer).
+msg-ttl:   --count 200-byte messages queued in a channel, then drained by bench_reader (RDY 2500,
+           FIN each), without and with --msg-ttl=1h (every message checked, none expired).
 Runs alternate off and on with a fresh nsqd each, so both see the same load on this shared
-machine; prints the medians of nsqd's CPU microseconds per request and the rates.
+machine; prints the medians of nsqd's CPU time per message and the rates. With --callgrind,
+nsqd runs under valgrind and the figure is its instructions per message in the measured phase
+(one run each: they barely vary); --base-root=DIR adds a row for the same work with the
+feature's "off" flags on the nsqd of another checkout (the code before the feature).
 """
 
 import argparse
 import json
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,11 +29,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.nsqd_process import cpu_seconds, free_port, start_nsqd  # noqa: E402
 from bench.go_tools import start_tool  # noqa: E402
+from bench.nsq_socket import BenchConnection  # noqa: E402
+from bench.nsqd_process import cpu_seconds, free_port, start_nsqd  # noqa: E402
+from common.commands import Mpub  # noqa: E402
 
 GRANT_EVERYTHING = json.dumps({"ttl": 3600, "identity": "bench", "authorizations": [
     {"permissions": ["subscribe", "publish"], "topic": ".*", "channels": [".*"]}]}).encode()
+BATCH = 200
+SIZE = 200
 
 
 def start_auth_server() -> str:
@@ -46,28 +58,82 @@ def start_auth_server() -> str:
     return f"127.0.0.1:{server.server_address[1]}"
 
 
-def http_pub(runfor: str, flags: list[str]) -> tuple[float, float]:
-    """(requests/s, nsqd CPU microseconds per request)."""
+class Meter:
+    """Runs nsqd and measures what a phase of work costs it: CPU seconds, or instructions."""
+
+    def __init__(self, callgrind: bool, root: Path = ROOT):
+        self.callgrind = callgrind
+        self.root = root
+        self._out = Path(tempfile.mkdtemp(prefix="bench-beyond-")) / "callgrind.out"
+
+    def start(self, flags: list[str]) -> tuple[subprocess.Popen, str]:
+        prefix = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={self._out}") if self.callgrind else ()
+        return start_nsqd(*flags, prefix=prefix, root=self.root)
+
+    def begin(self, proc: subprocess.Popen) -> float:
+        if self.callgrind:
+            subprocess.run(["callgrind_control", "-z", str(proc.pid)], capture_output=True, check=True)
+            return 0.0
+        return cpu_seconds(proc.pid)
+
+    def end(self, proc: subprocess.Popen, began: float) -> float:
+        if not self.callgrind:
+            return cpu_seconds(proc.pid) - began
+        subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True)
+        newest = max(self._out.parent.glob(self._out.name + "*"), key=lambda path: path.stat().st_mtime)
+        return float(re.search(r"^totals: (\d+)", newest.read_text(), re.M).group(1))
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait()
+
+
+def http_pub(meter: Meter, flags: list[str], args) -> tuple[float, float]:
+    """(requests/s, nsqd's cost per request)."""
     port = free_port()
-    proc, _ = start_nsqd(f"--http-address=127.0.0.1:{port}", *flags)
+    proc, _ = meter.start([f"--http-address=127.0.0.1:{port}", *flags])
     try:
-        before = cpu_seconds(proc.pid)
-        out = start_tool("bench_http_pub.py", f"--nsqd-http-address=127.0.0.1:{port}", f"--runfor={runfor}",
-                     "--connections=4", "--bearer=bench").communicate()[0]
-        used = cpu_seconds(proc.pid) - before
+        began = meter.begin(proc)
+        out = start_tool("bench_http_pub.py", f"--nsqd-http-address=127.0.0.1:{port}", f"--runfor={args.runfor}",
+                         "--connections=4", "--bearer=bench").communicate()[0]
+        cost = meter.end(proc, began)
         per_second = float(re.search(r"([\d.]+)req/s", out).group(1))
         seconds = float(re.search(r"duration: ([\d.]+)s", out).group(1))
-        return per_second, used / (per_second * seconds) * 1e6
+        return per_second, cost / (per_second * seconds)
     finally:
-        proc.terminate()
-        proc.wait()
+        stop(proc)
+
+
+def consume(meter: Meter, flags: list[str], args) -> tuple[float, float]:
+    """(messages/s, nsqd's cost per message) draining --count queued messages."""
+    proc, address = meter.start([f"--mem-queue-size={args.count + BATCH}", *flags])
+    try:
+        producer = BenchConnection(address)
+        producer.send(b"SUB sub_bench ch\n")  # the channel exists before the messages
+        producer.read_response()
+        producer.close()
+        producer = BenchConnection(address)
+        batch = Mpub("sub_bench", [b"a" * SIZE] * BATCH).to_bytes()
+        for _ in range(args.count // BATCH):
+            producer.send(batch)
+            producer.read_response()
+        producer.close()
+        began = meter.begin(proc)
+        out = start_tool("bench_reader.py", f"--nsqd-tcp-address={address}", "--runfor=600s",
+                         f"--count={args.count}").communicate()[0]
+        cost = meter.end(proc, began)
+        return float(re.search(r"([\d.]+)ops/s", out).group(1)), cost / args.count
+    finally:
+        stop(proc)
 
 
 def features(auth_address: str) -> dict:
-    """name -> (measure(runfor, flags), flags off, flags on, unit)."""
+    """name -> (workload, flags off, flags on, unit)."""
+    auth = f"--auth-http-address={auth_address}"
     return {
-        "http-auth": (http_pub, [f"--auth-http-address={auth_address}"],
-                      [f"--auth-http-address={auth_address}", "--http-auth-required"], "req"),
+        "http-auth": (http_pub, [auth], [auth, "--http-auth-required"], "req"),
+        "msg-ttl": (consume, [], ["--msg-ttl=1h"], "msg"),
     }
 
 
@@ -75,19 +141,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--runfor", default="5s")
-    parser.add_argument("--features", default="http-auth")
+    parser.add_argument("--count", type=int, default=100_000)
+    parser.add_argument("--features", default="http-auth,msg-ttl")
+    parser.add_argument("--callgrind", action="store_true", help="count nsqd's instructions (valgrind), one run each")
+    parser.add_argument("--base-root", type=Path, help="also run the 'off' flags on this checkout's nsqd")
     args = parser.parse_args()
     table = features(start_auth_server())
+    meter = Meter(args.callgrind)
+    runs = 1 if args.callgrind else args.runs
     for name in args.features.split(","):
-        measure, off_flags, on_flags, unit = table[name]
-        results = {"off": [], "on": []}
-        for _ in range(args.runs):
-            results["off"].append(measure(args.runfor, off_flags))
-            results["on"].append(measure(args.runfor, on_flags))
-        for state, runs in results.items():
-            rates, costs = [r for r, _ in runs], [c for _, c in runs]
-            print(f"{name} {state}: nsqd CPU {statistics.median(costs):.2f} us/{unit} "
-                  f"({', '.join(f'{c:.2f}' for c in costs)}); {statistics.median(rates):,.0f} {unit}s/s", flush=True)
+        workload, off_flags, on_flags, unit = table[name]
+        states = {"off": (meter, off_flags), "on": (meter, on_flags)}
+        if args.base_root:
+            states = {"base": (Meter(args.callgrind, args.base_root.resolve()), off_flags), **states}
+        results: dict[str, list[tuple[float, float]]] = {state: [] for state in states}
+        for _ in range(runs):
+            for state, (state_meter, flags) in states.items():
+                results[state].append(workload(state_meter, flags, args))
+        for state, measured in results.items():
+            rates, costs = [r for r, _ in measured], [c for _, c in measured]
+            if args.callgrind:
+                figure = f"{statistics.median(costs):,.0f} instructions/{unit}"
+            else:
+                figure = (f"CPU {statistics.median(costs) * 1e6:.2f} us/{unit} "
+                          f"({', '.join(f'{c * 1e6:.2f}' for c in costs)})")
+            print(f"{name} {state}: nsqd {figure}; {statistics.median(rates):,.0f} {unit}s/s", flush=True)
 
 
 if __name__ == "__main__":

@@ -23,16 +23,17 @@ def _drain(stream) -> None:
         pass
 
 
-def start_nsqd(*args: str) -> tuple[subprocess.Popen, str]:
+def start_nsqd(*args: str, prefix: tuple[str, ...] = (), root: Path = ROOT) -> tuple[subprocess.Popen, str]:
     """The process and its TCP address; its log is read (and dropped) so it never blocks.
 
     Unless ``args`` say otherwise, HTTP listens on a free loopback port and the data
-    directory is a new temporary one, removed when the benchmark process exits."""
+    directory is a new temporary one, removed when the benchmark process exits. ``prefix``
+    runs nsqd under another program (valgrind); ``root`` is the checkout whose nsqd runs."""
     defaults = {"--http-address": "127.0.0.1:0", "--data-path": _temp_dir()}
     given = {arg.split("=", 1)[0] for arg in args}
     flags = [f"{name}={value}" for name, value in defaults.items() if name not in given]
-    proc = subprocess.Popen([sys.executable, "-m", "nsqd", "--tcp-address=127.0.0.1:0", *flags, *args],
-                            cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*prefix, sys.executable, "-m", "nsqd", "--tcp-address=127.0.0.1:0", *flags, *args],
+                            cwd=root, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         match = re.search(r"TCP: listening on (127\.0\.0\.1:\d+)", line)
         if match:

@@ -59,6 +59,11 @@ def human_duration(seconds) -> str:
     return "".join(parts)
 
 
+def human_millis(ms) -> str:
+    """A setting in milliseconds: ``250ms``, or a span as human_duration writes it."""
+    return f"{int(ms)}ms" if ms < 1000 else human_duration(ms / 1000)
+
+
 def percentile_label(quantile) -> str:
     """``0.99`` -> ``p99``, ``0.999`` -> ``p99.9``, ``1.0`` -> ``max``."""
     quantile = float(quantile)
@@ -90,6 +95,7 @@ FILTERS = {
     "commafy": commafy,
     "nanotohuman": nanotohuman,
     "human_duration": human_duration,
+    "human_millis": human_millis,
     "human_size": human_size,
     "percentile_label": percentile_label,
     "per_second": per_second,

@@ -17,7 +17,9 @@ also keeps its ``value``; the keys of an entry are sorted, as Go marshals a map.
 
 The dicts carry NSQ's keys in NSQ's order, so the JSON API dumps them as they are,
 plus two keys NSQ's nsqadmin drops although nsqd reports them: a topic's
-``message_bytes`` and a client's ``state``.
+``message_bytes`` and a client's ``state``. The keys of the opt-in features beyond NSQ
+(README "Beyond NSQ") follow, only where some nsqd reports them: counts add up; a setting
+across nodes is their common value, or None when they differ.
 """
 
 import time
@@ -30,6 +32,10 @@ CLIENT_COUNTS = ("in_flight_count", "ready_count", "finish_count", "requeue_coun
 CLIENT_FLAGS = ("deflate", "snappy", "authed")
 CLIENT_IDENTITY = ("auth_identity", "auth_identity_url")
 CLIENT_TLS = ("tls_cipher_suite", "tls_version", "tls_negotiated_protocol")
+TOPIC_EXTRA_COUNTS = ("expired_count",)
+TOPIC_EXTRA_SETTINGS = ("msg_ttl",)
+CHANNEL_EXTRA_COUNTS = ("expired_count",)
+CHANNEL_EXTRA_SETTINGS: tuple[str, ...] = ()
 
 
 def _int(raw: dict, key: str) -> int:
@@ -59,6 +65,22 @@ def _number(value: float) -> float | int:
 
 def _by_hostname(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda row: row["hostname"])
+
+
+def _node_extras(raw: dict, keys: tuple[str, ...]) -> dict:
+    return {key: _int(raw, key) for key in keys if key in raw}
+
+
+def _combined_extras(rows: list[dict], counts: tuple[str, ...], settings: tuple[str, ...]) -> dict:
+    combined = {}
+    for key in counts:
+        if any(key in row for row in rows):
+            combined[key] = sum(row.get(key, 0) for row in rows)
+    for key in settings:
+        values = {row[key] for row in rows if key in row}
+        if values:
+            combined[key] = values.pop() if len(values) == 1 else None
+    return combined
 
 
 # -- one node's rows -------------------------------------------------------------------------
@@ -115,6 +137,7 @@ def node_channel(raw: dict, node: str, hostname: str, topic_name: str, now: floa
         "clients": None if clients is None else [client_row(c, node, now) for c in clients],
         "paused": bool(raw.get("paused")),
         "e2e_processing_latency": node_e2e(raw.get("e2e_processing_latency")),
+        **_node_extras(raw, CHANNEL_EXTRA_COUNTS + CHANNEL_EXTRA_SETTINGS),
     }
 
 
@@ -131,6 +154,7 @@ def node_topic(raw: dict, node: str, hostname: str, now: float) -> dict:
         "channels": None if channels is None else [node_channel(c, node, hostname, name, now) for c in channels],
         "paused": bool(raw.get("paused")),
         "e2e_processing_latency": node_e2e(raw.get("e2e_processing_latency")),
+        **_node_extras(raw, TOPIC_EXTRA_COUNTS + TOPIC_EXTRA_SETTINGS),
     }
 
 
@@ -181,6 +205,7 @@ def aggregate_channel(topic_name: str, channel_name: str, rows: list[dict]) -> d
     total["paused"] = any(row["paused"] for row in rows)
     total["e2e_processing_latency"] = aggregate_e2e([row["e2e_processing_latency"] for row in rows],
                                                     topic_name, channel_name)
+    total.update(_combined_extras(rows, CHANNEL_EXTRA_COUNTS, CHANNEL_EXTRA_SETTINGS))
     return total
 
 
@@ -204,6 +229,7 @@ def aggregate_topic(topic_name: str, rows: list[dict]) -> dict:
     total["channels"] = [aggregate_channel(topic_name, name, grouped[name]) for name in sorted(grouped)] or None
     total["paused"] = any(row["paused"] for row in rows)
     total["e2e_processing_latency"] = aggregate_e2e([row["e2e_processing_latency"] for row in rows], topic_name)
+    total.update(_combined_extras(rows, TOPIC_EXTRA_COUNTS, TOPIC_EXTRA_SETTINGS))
     return total
 
 

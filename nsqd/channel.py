@@ -44,6 +44,7 @@ class Channel:
         self._deferred: list[tuple[float, int, bytes, bytes]] = []
         self._deferred_order = itertools.count()
         self._deferred_changed = trio.Event()
+        self.screen = None  # beyond NSQ: the checks before a delivery (nsqd/screen.py), set by nsqd
         opts = topic.nsqd.opts
         percentiles = opts.e2e_processing_latency_percentile
         # FIN records into it (nsqd/client.py) only when percentiles are configured, as in NSQ

@@ -164,7 +164,9 @@ class Client:
         if not in_flight:
             self.timeouts_changed.set()
         was_empty = not out
-        sample_rate = self.sample_rate
+        sample_rate, screen = self.sample_rate, self.channel.screen
+        if screen is not None:
+            screen = screen()  # this batch's checks (beyond NSQ: nsqd/screen.py)
         frames: list[bytes] = []
         add, pack = frames.append, _MESSAGE_HEAD.pack
         index = start
@@ -173,6 +175,8 @@ class Client:
             index += 1
             if sample_rate and random.randrange(100) > sample_rate:
                 continue
+            if screen is not None and screen(header, body):
+                continue  # taken by a feature beyond NSQ instead
             attempts = ((header[8] << 8) | header[9]) + 1
             msg_id = header[10:HEADER_LENGTH]
             in_flight[msg_id] = InFlight(msg_id, header, body, attempts, deadline, now)

@@ -318,6 +318,13 @@ class DiskQueue:
             self._read_end = self.write_pos
 
     def _read_exactly(self, count: int) -> bytes:
+        self._buffer(count)
+        start = self._read_buf_pos
+        self._read_buf_pos = start + count
+        return self._read_buf[start:start + count]
+
+    def _buffer(self, count: int) -> None:
+        """At least ``count`` unread bytes in the read buffer (EOFError if the file has fewer)."""
         available = len(self._read_buf) - self._read_buf_pos
         if available < count:
             chunk = os.read(self._read_fd, max(READ_CHUNK, count - available))
@@ -325,9 +332,23 @@ class DiskQueue:
             self._read_buf_pos = 0
             if len(self._read_buf) < count:
                 raise EOFError(f"short read: wanted {count} bytes, file has {len(self._read_buf)}")
-        start = self._read_buf_pos
-        self._read_buf_pos = start + count
-        return self._read_buf[start:start + count]
+
+    def peek(self) -> bytes | None:
+        """The next record without taking it; None at the end, or if it cannot be read
+        (``read`` then deals with it as go-diskqueue would)."""
+        if not self.has_data():
+            return None
+        try:
+            self._open_read_file()
+            self._buffer(4)
+            size = _LENGTH.unpack_from(self._read_buf, self._read_buf_pos)[0]
+            if not self.min_msg_size <= size <= self.max_msg_size:
+                return None
+            self._buffer(4 + size)
+        except (OSError, EOFError):
+            return None
+        start = self._read_buf_pos + 4
+        return self._read_buf[start:start + size]
 
     def _close_read_file(self) -> None:
         if self._read_fd is not None:

@@ -22,6 +22,7 @@ from serving.v1 import BOOL_PARAMS, TEXT_TYPE, V1_HEADER, HTTPError, parse_query
 
 from . import metrics, stats
 from .http_auth import CHALLENGE, HTTPAuth
+from .message_ttl import parse_ttl
 from .options import FLAGS, LOG_LEVELS, validate_lookupd_address
 
 log = logging.getLogger("nsqd")
@@ -44,6 +45,7 @@ class HTTPAPI:
             ("POST", "/topic/empty"): self.topic_empty,
             ("POST", "/topic/pause"): self.topic_pause,
             ("POST", "/topic/unpause"): self.topic_pause,
+            ("POST", "/topic/ttl"): self.topic_ttl,
             ("POST", "/channel/create"): self.channel_create,
             ("POST", "/channel/delete"): self.channel_delete,
             ("POST", "/channel/empty"): self.channel_empty,
@@ -248,6 +250,20 @@ class HTTPAPI:
     def topic_pause(self, request: Request) -> Response:
         topic = self._existing_topic(self._topic_arg(parse_query(request.query), validate=False))
         return self._set_paused(topic, request)
+
+    def topic_ttl(self, request: Request) -> Response:
+        """Beyond NSQ: ``ttl=<Go duration>`` (``0``: none) or ``ttl=default`` (--msg-ttl's)."""
+        query = parse_query(request.query)
+        topic = self._existing_topic(self._topic_arg(query, validate=True))
+        if "ttl" not in query:
+            raise HTTPError(400, "MISSING_ARG_TTL")
+        try:
+            ttl_ns = parse_ttl(query["ttl"][0])
+        except FlagError:
+            raise HTTPError(400, "INVALID_ARG_TTL") from None
+        self.nsqd.message_ttl.set(topic, ttl_ns)
+        self.nsqd.save_metadata()
+        return v1_ok()
 
     def channel_create(self, request: Request) -> Response:
         topic, channel_name = self._topic_and_channel(request)

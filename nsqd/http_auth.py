@@ -14,7 +14,7 @@ A request is allowed as the TCP command with the same effect would be:
 * ``POST /pub``, ``/mpub``, ``/topic/create``: ``publish`` on the topic (as PUB);
 * ``POST /channel/create|delete|empty|pause|unpause``: ``subscribe`` on the topic and
   channel (as SUB);
-* ``POST /topic/delete|empty|pause|unpause``, which act on every channel of the topic:
+* ``POST /topic/delete|empty|pause|unpause|ttl``, which act on every channel of the topic:
   ``publish`` on the topic and ``subscribe`` on each of its channels;
 * ``GET /stats``, ``/metrics``: any grant; they show only the topics that some grant's
   topic pattern matches (and of producers, only their counts for those topics);
@@ -48,6 +48,7 @@ ROUTE_RULES = {
     "/channel/create": CHANNEL, "/channel/delete": CHANNEL, "/channel/empty": CHANNEL,
     "/channel/pause": CHANNEL, "/channel/unpause": CHANNEL,
     "/topic/delete": TOPIC, "/topic/empty": TOPIC, "/topic/pause": TOPIC, "/topic/unpause": TOPIC,
+    "/topic/ttl": TOPIC,
     "/stats": STATS, "/metrics": STATS,
 }
 EVERYTHING = ".*"

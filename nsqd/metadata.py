@@ -5,6 +5,12 @@ order and an empty list as ``null``; ephemeral topics and channels left out:
 ``{"topics":[{"name":"t","paused":false,"channels":[{"name":"c","paused":false}]},
 {"name":"u","paused":true,"channels":null}],"version":"1.3.0"}``, atomically via a temp
 file, fsync and rename.
+
+The opt-in features beyond NSQ keep their per-topic and per-channel settings as extra keys
+after NSQ's (``{"name":"t","paused":false,"channels":null,"msg_ttl":60000}``), and only
+while a setting differs from its default: Go's encoding/json ignores keys its structs do
+not name, so NSQ's nsqd reads the file as before (and drops them when it writes it). A
+known extra key with a value that is not an integer >= 0 is skipped with a warning.
 """
 
 import json
@@ -23,27 +29,47 @@ log = logging.getLogger("nsqd")
 METADATA_FILE = "nsqd.dat"
 
 
+TOPIC_EXTRAS = ("msg_ttl",)
+CHANNEL_EXTRAS: tuple[str, ...] = ()
+
+
 class ChannelMeta(NamedTuple):
     name: str
     paused: bool
+    extras: dict = {}
 
 
 class TopicMeta(NamedTuple):
     name: str
     paused: bool
     channels: list[ChannelMeta]
+    extras: dict = {}
 
 
 def encode(topics: list[TopicMeta]) -> bytes:
     document = {
         "topics": [
             {"name": topic.name, "paused": topic.paused,
-             "channels": [{"name": ch.name, "paused": ch.paused} for ch in topic.channels] or None}
+             "channels": [{"name": ch.name, "paused": ch.paused, **ch.extras} for ch in topic.channels] or None,
+             **topic.extras}
             for topic in topics
         ] or None,
         "version": VERSION,
     }
     return json.dumps(document, separators=(",", ":")).encode()
+
+
+def _extras(entry: dict, keys: tuple[str, ...], owner: str) -> dict:
+    extras = {}
+    for key in keys:
+        value = entry.get(key)
+        if value is None:
+            continue
+        if type(value) is not int or value < 0:
+            log.warning("skipping %s of %s: %r is not an integer >= 0", key, owner, value)
+            continue
+        extras[key] = value
+    return extras
 
 
 def decode(data: bytes) -> list[TopicMeta]:
@@ -61,8 +87,9 @@ def decode(data: bytes) -> list[TopicMeta]:
             if not is_valid_name(channel_name):
                 log.warning("skipping creation of invalid channel %s", channel_name)
                 continue
-            channels.append(ChannelMeta(channel_name, bool(channel.get("paused", False))))
-        topics.append(TopicMeta(name, bool(entry.get("paused", False)), channels))
+            channels.append(ChannelMeta(channel_name, bool(channel.get("paused", False)),
+                                        _extras(channel, CHANNEL_EXTRAS, f"{name}:{channel_name}")))
+        topics.append(TopicMeta(name, bool(entry.get("paused", False)), channels, _extras(entry, TOPIC_EXTRAS, name)))
     return topics
 
 

@@ -33,6 +33,16 @@ CHANNEL_METRICS = (
     ("nsq_channel_clients", "gauge", "client_count", "Consumers subscribed to the channel."),
     ("nsq_channel_paused", "gauge", "paused", "1 if the channel is paused."),
 )
+# The opt-in features beyond NSQ: a family only for the topics and channels whose /stats has its key.
+BEYOND_TOPIC_METRICS = (
+    ("nsq_topic_msg_ttl_seconds", "gauge", "msg_ttl", 1e-3, "The topic's message TTL (0: none)."),
+    ("nsq_topic_expired_total", "counter", "expired_count", 1,
+     "Messages dropped from the topic's own queue for being older than its TTL."),
+)
+BEYOND_CHANNEL_METRICS = (
+    ("nsq_channel_expired_total", "counter", "expired_count", 1,
+     "Messages dropped before delivery for being older than the topic's TTL."),
+)
 LATENCY_HELP = "End-to-end processing latency (publish to FIN) at a quantile, over the latency window."
 
 
@@ -55,6 +65,15 @@ def exposition(nsqd, shown_topics=None) -> str:
                 [(_channel_labels(topic, channel), int(channel[key])) for topic, channel in channels])
     _family(out, "nsq_channel_e2e_processing_latency_seconds", "gauge", LATENCY_HELP,
             [sample for topic, channel in channels for sample in _latency(_channel_labels(topic, channel), channel)])
+    for name, kind, key, scale, text in BEYOND_TOPIC_METRICS:
+        samples = [(_topic_labels(topic), _number(topic[key] * scale)) for topic in topics if key in topic]
+        if samples:
+            _family(out, name, kind, text, samples)
+    for name, kind, key, scale, text in BEYOND_CHANNEL_METRICS:
+        samples = [(_channel_labels(topic, channel), _number(channel[key] * scale))
+                   for topic, channel in channels if key in channel]
+        if samples:
+            _family(out, name, kind, text, samples)
     memory = document["memory"]
     _family(out, "process_resident_memory_bytes", "gauge", "Resident memory of the nsqd process.",
             [("", memory["heap_in_use_bytes"])])
@@ -69,6 +88,10 @@ def exposition(nsqd, shown_topics=None) -> str:
 def _family(out: list[str], name: str, kind: str, text: str, samples: list[tuple[str, float]]) -> None:
     out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
     out += [f"{name}{{{labels}}} {value}\n" if labels else f"{name} {value}\n" for labels, value in samples]
+
+
+def _number(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else value
 
 
 def _topic_labels(topic: dict) -> str:

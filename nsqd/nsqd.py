@@ -29,8 +29,10 @@ from .group_commit import GroupCommit
 from .guid import GuidFactory
 from .http_api import HTTPAPI, tls_required_handler
 from .lookup import Lookup
+from .message_ttl import MessageTTL
 from .options import TLS_REQUIRED
 from .output_batch import OutputBatch
+from .screen import screen_for
 from .stats import GCPauses
 from .tcp import Connection
 from .tls import client_context, server_context
@@ -76,6 +78,7 @@ class NSQD:
         self._stopped = trio.Event()
         self._lock = DirLock(self.data_path)
         self.lookup = Lookup(self)
+        self.message_ttl = MessageTTL(self)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -92,6 +95,7 @@ class NSQD:
                 nursery.start_soon(self._sync_loop)
                 nursery.start_soon(self._queue_meta_loop)
                 nursery.start_soon(self._metadata_loop)
+                nursery.start_soon(self.message_ttl.run)
                 if self.opts.statsd_address:
                     nursery.start_soon(statsd.run, self)
                 task_status.started(self)
@@ -161,6 +165,7 @@ class NSQD:
         for entry in saved:
             topic = self.get_topic(entry.name, from_metadata=True)
             topic.paused = entry.paused
+            self.message_ttl.load(topic, entry.extras)
             for channel_entry in entry.channels:
                 channel = topic.get_channel(channel_entry.name)
                 if channel_entry.paused:
@@ -171,7 +176,7 @@ class NSQD:
         return [
             metadata.TopicMeta(topic.name, topic.paused, [
                 metadata.ChannelMeta(channel.name, channel.paused)
-                for channel in topic.channels.values() if not channel.ephemeral])
+                for channel in topic.channels.values() if not channel.ephemeral], self.message_ttl.metadata(topic))
             for topic in self.topics.values() if not topic.ephemeral
         ]
 
@@ -220,6 +225,7 @@ class NSQD:
             return False
         self._stop_task(topic)
         topic.delete()
+        self.message_ttl.forget_topic(topic)
         self.lookup.notify(Unregister(name))
         log.info("TOPIC(%s): deleted", name)
         if not topic.ephemeral:
@@ -227,6 +233,7 @@ class NSQD:
         return True
 
     def channel_created(self, channel) -> None:
+        self.refresh_screen(channel)
         self._start_task(channel, channel.run_deferred)
         self.lookup.notify(Register(channel.topic.name, channel.name))
         log.info("TOPIC(%s): new channel(%s)", channel.topic.name, channel.name)
@@ -236,6 +243,7 @@ class NSQD:
     def channel_deleted(self, channel) -> None:
         """Stop the channel's task and disconnect its consumers."""
         self._stop_task(channel)
+        self.message_ttl.forget_channel(channel)
         self.lookup.notify(Unregister(channel.topic.name, channel.name))
         for conn in list(self.connections):
             if conn.client.channel is channel:
@@ -243,6 +251,10 @@ class NSQD:
         log.info("CHANNEL(%s:%s): deleted", channel.topic.name, channel.name)
         if not channel.ephemeral:
             self.persist_metadata()
+
+    def refresh_screen(self, channel) -> None:
+        """Rebuild the checks the channel runs before each delivery (nsqd/screen.py)."""
+        channel.screen = screen_for(self, channel)
 
     def spawn(self, task, *args) -> None:
         """Run a task for as long as nsqd runs."""

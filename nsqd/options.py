@@ -50,6 +50,8 @@ FLAGS = [
     Flag("min-output-buffer-timeout", "duration", 0.025, "minimum client configurable duration of time between flushing to a client"),
     Flag("output-buffer-timeout", "duration", 0.25, "default duration of time between flushing data to clients"),
     Flag("max-channel-consumers", "int", 0, "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)"),
+    # beyond NSQ, off by default (README "Beyond NSQ")
+    Flag("msg-ttl", "duration", 0.0, "drop messages older than this before delivery, for every topic without a TTL of its own (POST /topic/ttl); 0 = never"),
     # TLS, compression and AUTH (checked and converted in _validate_security)
     Flag("https-address", "str", "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients"),
     Flag("auth-http-address", "list", [], "<addr>:<port> or a full url to query auth server (may be given multiple times)", cfg_key="auth_http_addresses"),
@@ -101,7 +103,7 @@ def _validate(opts: SimpleNamespace) -> None:
         raise FlagError(f"--max-channel-consumers must be 0 (unlimited) or more, got {opts.max_channel_consumers}")
     for name in ("msg_timeout", "max_msg_timeout", "max_req_timeout", "max_heartbeat_interval",
                  "max_output_buffer_timeout", "min_output_buffer_timeout", "output_buffer_timeout",
-                 "sync_timeout"):
+                 "sync_timeout", "msg_ttl"):
         if getattr(opts, name) < 0:
             raise FlagError(f"--{name.replace('_', '-')} must not be negative")
     if opts.min_output_buffer_timeout > opts.max_output_buffer_timeout:

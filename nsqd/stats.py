@@ -140,6 +140,7 @@ def channel_stats(channel, include_clients: bool, topic_filter: str, now_ns: int
         "clients": clients,
         "paused": channel.paused,
         "e2e_processing_latency": e2e_latency([channel.e2e_latency] if channel.e2e_latency else [], now_ns),
+        **channel.topic.nsqd.message_ttl.channel_stats(channel),
     }
 
 
@@ -161,6 +162,7 @@ def topic_stats(topic, channel_filter: str, include_clients: bool, topic_filter:
         "paused": topic.paused,
         "e2e_processing_latency": e2e_latency(
             [channel.e2e_latency for channel in topic.channels.values() if channel.e2e_latency], now_ns),
+        **topic.nsqd.message_ttl.topic_stats(topic),
     }
 
 

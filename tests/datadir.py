@@ -8,6 +8,7 @@ go-diskqueue format (NSQ v1.3 reference §1.9): ``NAME.diskqueue.%06d.dat`` hold
 NSQ's encoding: ``[timestamp int64 ns][attempts uint16][16-byte hex id][body]``.
 """
 
+import json
 import os
 import re
 import signal
@@ -94,6 +95,55 @@ def queue_files(data_path, queue: str) -> list[str]:
     """Names of the queue's data files, sorted."""
     pattern = re.compile(re.escape(queue) + r"\.diskqueue\.\d{6}\.dat")
     return sorted(name for name in os.listdir(data_path) if pattern.fullmatch(name))
+
+
+def nsqd_dat(data_path) -> bytes:
+    with open(os.path.join(data_path, "nsqd.dat"), "rb") as handle:
+        return handle.read()
+
+
+def go_encoding(topics: list[tuple[str, bool, list[tuple[str, bool]]]]) -> bytes:
+    """What NSQ v1.3 writes for these (name, paused, channels) topics."""
+    def channel(name: str, paused: bool) -> str:
+        return f'{{"name":"{name}","paused":{json.dumps(paused)}}}'
+
+    def topic(name: str, paused: bool, channels: list) -> str:
+        listed = "[" + ",".join(channel(*c) for c in channels) + "]" if channels else "null"
+        return f'{{"name":"{name}","paused":{json.dumps(paused)},"channels":{listed}}}'
+
+    listed = "[" + ",".join(topic(*t) for t in topics) + "]" if topics else "null"
+    return f'{{"topics":{listed},"version":"1.3.0"}}'.encode()
+
+
+# Go's metadata fields (nsqd/nsqd.go): encoding/json matches keys to them case-insensitively
+# and ignores every other key.
+GO_TOPIC_FIELDS = {"name": str, "paused": bool, "channels": list}
+GO_CHANNEL_FIELDS = {"name": str, "paused": bool}
+
+
+def _go_struct(entry: dict, fields: dict) -> dict:
+    """What Go's json.Unmarshal puts into a struct with ``fields``; AssertionError where Go would
+    fail (a known key of the wrong type)."""
+    assert isinstance(entry, dict), entry
+    seen = {}
+    for key, value in entry.items():
+        field = key.lower()
+        if field in fields:
+            assert value is None or isinstance(value, fields[field]), f"Go cannot read {key}={value!r}"
+            seen[field] = value
+    return seen
+
+
+def go_metadata(data: bytes) -> list[tuple[str, bool, list[tuple[str, bool]]]]:
+    """nsqd.dat as NSQ v1.3's nsqd reads it: (name, paused, [(channel, paused)]) per topic."""
+    document = _go_struct(json.loads(data), {"topics": list, "version": str})
+    topics = []
+    for entry in document.get("topics") or []:
+        topic = _go_struct(entry, GO_TOPIC_FIELDS)
+        channels = [_go_struct(channel, GO_CHANNEL_FIELDS) for channel in topic.get("channels") or []]
+        topics.append((topic.get("name", ""), bool(topic.get("paused")),
+                       [(channel.get("name", ""), bool(channel.get("paused"))) for channel in channels]))
+    return topics
 
 
 def check_message(msg: Message, not_before_ns: int) -> None:

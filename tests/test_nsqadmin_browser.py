@@ -248,3 +248,24 @@ def test_a_page_on_another_origin_cannot_act(cluster, page):
     finally:
         site.close()
         consumer.close()
+
+
+def test_a_topic_ttl_and_its_expired_counts(cluster, page, screenshot):
+    topic_on(cluster, "sensor_readings", "dashboard", counts=(3, 2))
+    for nsqd in cluster.nsqds:
+        answer = httpx.post(f"http://127.0.0.1:{nsqd.http_port}/topic/ttl",
+                            params={"topic": "sensor_readings", "ttl": "300ms"})
+        assert answer.status_code == 200, answer.text
+    wait_for(lambda: all(nsqd_stats(cluster, n, "sensor_readings")["channels"][0]["depth"] == 0 for n in (0, 1)),
+             timeout=5, what="expired messages swept")
+    page.goto("/topics/sensor_readings")
+    expect(page.locator("#topic-ttl")).to_contain_text("Message TTL 300ms")
+    channels = page.locator("#topic-channels")
+    expect(channels.locator("thead")).to_contain_text("Expired")
+    expect(channels.locator("tbody tr").first).to_contain_text("5")
+    screenshot(page, "topic-ttl")
+    page.get_by_role("link", name="dashboard", exact=True).click()
+    nodes = page.locator("#channel-nodes")
+    expect(nodes.locator("thead")).to_contain_text("Expired")
+    expect(nodes.locator("tfoot")).to_contain_text("5")
+    screenshot(page, "channel-ttl")

@@ -119,6 +119,18 @@ def test_topic_aggregate_sums_and_sorts_nodes_by_hostname():
     assert [c["hostname"] for c in billing["clients"]] == ["able", "mid", "zed"]
 
 
+def test_keys_beyond_nsq_are_kept_only_where_an_nsqd_reports_them():
+    plain = stats.aggregate_topic("orders", two_nodes())
+    assert "msg_ttl" not in plain and "expired_count" not in plain["channels"][1]
+    with_ttl = rows_of("10.0.0.3:4151", "gamma", raw_topic("orders", [raw_channel("billing", expired_count=7)],
+                                                           msg_ttl=60_000, expired_count=2))
+    total = stats.aggregate_topic("orders", two_nodes() + with_ttl)
+    assert (total["msg_ttl"], total["expired_count"], total["channels"][1]["expired_count"]) == (60_000, 2, 7)
+    assert "expired_count" not in total["nodes"][0] and total["nodes"][2]["msg_ttl"] == 60_000
+    other_ttl = rows_of("10.0.0.4:4151", "delta", raw_topic("orders", [], msg_ttl=1_000, expired_count=1))
+    assert stats.aggregate_topic("orders", with_ttl + other_ttl)["msg_ttl"] is None  # the nodes differ
+
+
 def test_e2e_aggregate_weights_averages_by_count_and_keeps_true_min():
     billing = stats.aggregate_topic("orders", two_nodes())["channels"][1]
     e2e = billing["e2e_processing_latency"]

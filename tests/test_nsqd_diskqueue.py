@@ -85,3 +85,16 @@ def test_reads_files_written_with_a_different_roll_size(tmp_path):
     bigger = make(tmp_path, max_bytes=10_000)
     bigger.read_file_num, bigger.write_file_num, bigger.write_pos, bigger.depth = 0, 2, 44, 5
     assert bigger.read(10) == [payload(i) for i in range(5)]
+
+
+def test_peek_shows_the_next_record_without_taking_it(tmp_path):
+    dq = make(tmp_path, max_bytes=100)  # two records per file: a peek at the last of a file keeps the file
+    dq.put([payload(i) for i in range(3)])
+    assert dq.read(1) == [payload(0)]
+    assert dq.peek() == dq.peek() == payload(1)
+    assert (dq.depth, (tmp_path / "t.diskqueue.000000.dat").exists()) == (2, True)
+    assert dq.read(1) == [payload(1)]
+    assert not (tmp_path / "t.diskqueue.000000.dat").exists()
+    assert dq.peek() == payload(2)
+    assert dq.read(5) == [payload(2)]
+    assert dq.peek() is None

@@ -17,28 +17,10 @@ from collections import Counter
 import httpx
 
 from .datadir import kill_leftover_servers  # noqa: F401 (an autouse fixture)
-from .datadir import Server, bodies, drain, publish, restart, subscribe, wait_until
+from .datadir import Server, bodies, drain, go_encoding, nsqd_dat, publish, restart, subscribe, wait_until
 from .helpers import ROOT
 
 EMPTY = b'{"topics":null,"version":"1.3.0"}'
-
-
-def nsqd_dat(data_path) -> bytes:
-    with open(os.path.join(data_path, "nsqd.dat"), "rb") as handle:
-        return handle.read()
-
-
-def go_encoding(topics: list[tuple[str, bool, list[tuple[str, bool]]]]) -> bytes:
-    """What NSQ v1.3 writes for these (name, paused, channels) topics."""
-    def channel(name: str, paused: bool) -> str:
-        return f'{{"name":"{name}","paused":{json.dumps(paused)}}}'
-
-    def topic(name: str, paused: bool, channels: list) -> str:
-        listed = "[" + ",".join(channel(*c) for c in channels) + "]" if channels else "null"
-        return f'{{"name":"{name}","paused":{json.dumps(paused)},"channels":{listed}}}'
-
-    listed = "[" + ",".join(topic(*t) for t in topics) + "]" if topics else "null"
-    return f'{{"topics":{listed},"version":"1.3.0"}}'.encode()
 
 
 class Http:

@@ -73,6 +73,7 @@ NSQ_DEFAULTS = {
 # The opt-in features beyond NSQ (README "Beyond NSQ"): every default leaves them off.
 BEYOND_NSQ_DEFAULTS = {
     "http_auth_required": False,
+    "msg_ttl": 0.0,
 }
 
 
