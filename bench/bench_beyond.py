@@ -1,6 +1,6 @@
 """What the opt-in features beyond NSQ cost nsqd per message (or request), off and on.
 
-    python bench/bench_beyond.py [--runs=5] [--runfor=5s] [--count=100000] [--features=http-auth,msg-ttl]
+    python bench/bench_beyond.py [--runs=5] [--runfor=5s] [--count=100000] [--features=http-auth,msg-ttl,...]
     python bench/bench_beyond.py --callgrind [--base-root=DIR] ...
 
 http-auth: POST /pub over 4 keep-alive connections for --runfor, each request with a bearer
@@ -8,6 +8,7 @@ http-auth: POST /pub over 4 keep-alive connections for --runfor, each request wi
            process grants everything; nsqd asks it once and keeps the answer).
 msg-ttl:   --count 200-byte messages queued in a channel, then drained by bench_reader (RDY 2500,
            FIN each), without and with --msg-ttl=1h (every message checked, none expired).
+dead-letter: the same drain without and with --max-attempts=100 (every message checked, none moved).
 Runs alternate off and on with a fresh nsqd each, so both see the same load on this shared
 machine; prints the medians of nsqd's CPU time per message and the rates. With --callgrind,
 nsqd runs under valgrind and the figure is its instructions per message in the measured phase
@@ -134,6 +135,7 @@ def features(auth_address: str) -> dict:
     return {
         "http-auth": (http_pub, [auth], [auth, "--http-auth-required"], "req"),
         "msg-ttl": (consume, [], ["--msg-ttl=1h"], "msg"),
+        "dead-letter": (consume, [], ["--max-attempts=100"], "msg"),
     }
 
 
@@ -142,7 +144,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--runfor", default="5s")
     parser.add_argument("--count", type=int, default=100_000)
-    parser.add_argument("--features", default="http-auth,msg-ttl")
+    parser.add_argument("--features", default="http-auth,msg-ttl,dead-letter")
     parser.add_argument("--callgrind", action="store_true", help="count nsqd's instructions (valgrind), one run each")
     parser.add_argument("--base-root", type=Path, help="also run the 'off' flags on this checkout's nsqd")
     args = parser.parse_args()

@@ -34,8 +34,9 @@ CLIENT_IDENTITY = ("auth_identity", "auth_identity_url")
 CLIENT_TLS = ("tls_cipher_suite", "tls_version", "tls_negotiated_protocol")
 TOPIC_EXTRA_COUNTS = ("expired_count",)
 TOPIC_EXTRA_SETTINGS = ("msg_ttl",)
-CHANNEL_EXTRA_COUNTS = ("expired_count",)
-CHANNEL_EXTRA_SETTINGS: tuple[str, ...] = ()
+CHANNEL_EXTRA_COUNTS = ("expired_count", "dead_letter_count")
+CHANNEL_EXTRA_SETTINGS = ("max_attempts", "dead_letter_topic")
+EXTRA_TEXT = ("dead_letter_topic",)
 
 
 def _int(raw: dict, key: str) -> int:
@@ -68,7 +69,7 @@ def _by_hostname(rows: list[dict]) -> list[dict]:
 
 
 def _node_extras(raw: dict, keys: tuple[str, ...]) -> dict:
-    return {key: _int(raw, key) for key in keys if key in raw}
+    return {key: _text(raw, key) if key in EXTRA_TEXT else _int(raw, key) for key in keys if key in raw}
 
 
 def _combined_extras(rows: list[dict], counts: tuple[str, ...], settings: tuple[str, ...]) -> dict:

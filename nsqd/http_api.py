@@ -21,6 +21,7 @@ from serving.http import Request, Response
 from serving.v1 import BOOL_PARAMS, TEXT_TYPE, V1_HEADER, HTTPError, parse_query, v1_error, v1_ok
 
 from . import metrics, stats
+from .dead_letter import parse_limit as parse_max_attempts
 from .http_auth import CHALLENGE, HTTPAuth
 from .message_ttl import parse_ttl
 from .options import FLAGS, LOG_LEVELS, validate_lookupd_address
@@ -51,6 +52,7 @@ class HTTPAPI:
             ("POST", "/channel/empty"): self.channel_empty,
             ("POST", "/channel/pause"): self.channel_pause,
             ("POST", "/channel/unpause"): self.channel_pause,
+            ("POST", "/channel/max_attempts"): self.channel_max_attempts,
         }
         self.paths = {path for _, path in self.routes}
         self.access = HTTPAuth(nsqd) if nsqd.opts.http_auth_required else None
@@ -284,6 +286,21 @@ class HTTPAPI:
     def channel_pause(self, request: Request) -> Response:
         topic, channel_name = self._topic_and_channel(request)
         return self._set_paused(self._existing_channel(topic, channel_name), request)
+
+    def channel_max_attempts(self, request: Request) -> Response:
+        """Beyond NSQ: ``max_attempts=<0..65535>`` (``0``: none) or ``default`` (--max-attempts')."""
+        topic, channel_name = self._topic_and_channel(request)
+        channel = self._existing_channel(topic, channel_name)
+        query = parse_query(request.query)
+        if "max_attempts" not in query:
+            raise HTTPError(400, "MISSING_ARG_MAX_ATTEMPTS")
+        try:
+            limit = parse_max_attempts(query["max_attempts"][0])
+        except ValueError:
+            raise HTTPError(400, "INVALID_ARG_MAX_ATTEMPTS") from None
+        self.nsqd.dead_letters.set(channel, limit)
+        self.nsqd.save_metadata()
+        return v1_ok()
 
     def _set_paused(self, target, request: Request) -> Response:
         """Pause or unpause a topic or channel (by the route's name) and save nsqd.dat."""

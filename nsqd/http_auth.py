@@ -12,7 +12,7 @@ need the same answer at once share one query.
 A request is allowed as the TCP command with the same effect would be:
 
 * ``POST /pub``, ``/mpub``, ``/topic/create``: ``publish`` on the topic (as PUB);
-* ``POST /channel/create|delete|empty|pause|unpause``: ``subscribe`` on the topic and
+* ``POST /channel/create|delete|empty|pause|unpause|max_attempts``: ``subscribe`` on the topic and
   channel (as SUB);
 * ``POST /topic/delete|empty|pause|unpause|ttl``, which act on every channel of the topic:
   ``publish`` on the topic and ``subscribe`` on each of its channels;
@@ -46,7 +46,7 @@ PUBLISH, CHANNEL, TOPIC, STATS, CONFIG = "publish", "channel", "topic", "stats",
 ROUTE_RULES = {
     "/pub": PUBLISH, "/mpub": PUBLISH, "/topic/create": PUBLISH,
     "/channel/create": CHANNEL, "/channel/delete": CHANNEL, "/channel/empty": CHANNEL,
-    "/channel/pause": CHANNEL, "/channel/unpause": CHANNEL,
+    "/channel/pause": CHANNEL, "/channel/unpause": CHANNEL, "/channel/max_attempts": CHANNEL,
     "/topic/delete": TOPIC, "/topic/empty": TOPIC, "/topic/pause": TOPIC, "/topic/unpause": TOPIC,
     "/topic/ttl": TOPIC,
     "/stats": STATS, "/metrics": STATS,

@@ -4,7 +4,8 @@ its TTL are dropped before delivery and counted, never delivered.
 NSQ keeps a message until a consumer finishes it, however old; its advice is an expiry in
 the body that consumers check (nsqio/nsq#302, #1396), which still stores and delivers every
 stale message, and a topic nobody reads grows until the disk is full. Here a topic may have
-a maximum age: --msg-ttl for every topic, or the topic's own, set over HTTP and kept in
+a maximum age: --msg-ttl for every topic (dead-letter topics excepted: they keep what they
+get unless given a TTL of their own), or the topic's own, set over HTTP and kept in
 nsqd.dat as an extra key of the topic (``"msg_ttl"``, milliseconds; NSQ's nsqd ignores it).
 A message's age runs from its timestamp, set when it was published (REQ, timeouts and
 restarts keep it), against this host's clock.
@@ -63,7 +64,9 @@ class MessageTTL:
     def ttl_ns(self, topic) -> int:
         """The topic's TTL in ns, 0 for none."""
         own = self.overrides.get(topic.name)
-        return self.default_ns if own is None else own
+        if own is not None:
+            return own
+        return 0 if self.nsqd.dead_letters.is_dead_letter_topic(topic.name) else self.default_ns
 
     def set(self, topic, ttl_ns: int | None) -> None:
         """The topic's own TTL (None: --msg-ttl's again); its channels' screens follow."""

@@ -30,7 +30,7 @@ METADATA_FILE = "nsqd.dat"
 
 
 TOPIC_EXTRAS = ("msg_ttl",)
-CHANNEL_EXTRAS: tuple[str, ...] = ()
+CHANNEL_EXTRAS = ("max_attempts",)
 
 
 class ChannelMeta(NamedTuple):

@@ -42,6 +42,10 @@ BEYOND_TOPIC_METRICS = (
 BEYOND_CHANNEL_METRICS = (
     ("nsq_channel_expired_total", "counter", "expired_count", 1,
      "Messages dropped before delivery for being older than the topic's TTL."),
+    ("nsq_channel_max_attempts", "gauge", "max_attempts", 1,
+     "Deliveries a message may have on the channel before it is dead-lettered (0: no limit)."),
+    ("nsq_channel_dead_letters_total", "counter", "dead_letter_count", 1,
+     "Messages moved to the topic's dead-letter topic after max_attempts deliveries."),
 )
 LATENCY_HELP = "End-to-end processing latency (publish to FIN) at a quantile, over the latency window."
 

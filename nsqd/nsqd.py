@@ -23,6 +23,7 @@ from serving.listeners import bound_port, format_address, open_listeners, remote
 
 from . import metadata, statsd
 from .diskqueue import DiskQueue, SyncJob
+from .dead_letter import DeadLetters
 from .dirlock import DirLock
 from .auth import AuthServers
 from .group_commit import GroupCommit
@@ -79,6 +80,7 @@ class NSQD:
         self._lock = DirLock(self.data_path)
         self.lookup = Lookup(self)
         self.message_ttl = MessageTTL(self)
+        self.dead_letters = DeadLetters(self)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -168,6 +170,7 @@ class NSQD:
             self.message_ttl.load(topic, entry.extras)
             for channel_entry in entry.channels:
                 channel = topic.get_channel(channel_entry.name)
+                self.dead_letters.load(channel, channel_entry.extras)
                 if channel_entry.paused:
                     channel.pause()
         log.info("NSQ: loaded metadata for %d topics from %s", len(saved), self.data_path)
@@ -175,7 +178,7 @@ class NSQD:
     def _metadata_snapshot(self) -> list[metadata.TopicMeta]:
         return [
             metadata.TopicMeta(topic.name, topic.paused, [
-                metadata.ChannelMeta(channel.name, channel.paused)
+                metadata.ChannelMeta(channel.name, channel.paused, self.dead_letters.metadata(channel))
                 for channel in topic.channels.values() if not channel.ephemeral], self.message_ttl.metadata(topic))
             for topic in self.topics.values() if not topic.ephemeral
         ]
@@ -244,6 +247,7 @@ class NSQD:
         """Stop the channel's task and disconnect its consumers."""
         self._stop_task(channel)
         self.message_ttl.forget_channel(channel)
+        self.dead_letters.forget_channel(channel)
         self.lookup.notify(Unregister(channel.topic.name, channel.name))
         for conn in list(self.connections):
             if conn.client.channel is channel:

@@ -9,6 +9,8 @@ from common.goflags import Flag, FlagError, parse_bool
 from serving.daemon import load, options_with
 from serving.listeners import parse_address
 
+from .dead_letter import MAX_LIMIT, check_pattern
+
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
 
 
@@ -52,6 +54,8 @@ FLAGS = [
     Flag("max-channel-consumers", "int", 0, "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)"),
     # beyond NSQ, off by default (README "Beyond NSQ")
     Flag("msg-ttl", "duration", 0.0, "drop messages older than this before delivery, for every topic without a TTL of its own (POST /topic/ttl); 0 = never"),
+    Flag("max-attempts", "int", 0, "move a message delivered this many times on a durable channel to its topic's dead-letter topic instead of delivering it again, for every channel without a limit of its own (POST /channel/max_attempts); 0 = never"),
+    Flag("dead-letter-topic", "str", "%s.dead", "name of a topic's dead-letter topic, %s for the topic's name"),
     # TLS, compression and AUTH (checked and converted in _validate_security)
     Flag("https-address", "str", "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients"),
     Flag("auth-http-address", "list", [], "<addr>:<port> or a full url to query auth server (may be given multiple times)", cfg_key="auth_http_addresses"),
@@ -99,6 +103,9 @@ def _validate(opts: SimpleNamespace) -> None:
             raise FlagError(f"--{name.replace('_', '-')} must be greater than 0, got {getattr(opts, name)}")
     if opts.mem_queue_size < 0:
         raise FlagError(f"--mem-queue-size must be 0 or more, got {opts.mem_queue_size}")
+    if not 0 <= opts.max_attempts <= MAX_LIMIT:
+        raise FlagError(f"--max-attempts must be in [0, {MAX_LIMIT}], got {opts.max_attempts}")
+    check_pattern(opts.dead_letter_topic)
     if opts.max_channel_consumers < 0:
         raise FlagError(f"--max-channel-consumers must be 0 (unlimited) or more, got {opts.max_channel_consumers}")
     for name in ("msg_timeout", "max_msg_timeout", "max_req_timeout", "max_heartbeat_interval",

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from common.commands import MAGIC_V2, Fin, Identify, Nop, Rdy, Sub
+from common.commands import MAGIC_V2, Fin, Identify, Nop, Rdy, Req, Sub
 from common.frames import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, FrameReader
 from common.message import decode_message
 
@@ -187,10 +187,12 @@ def closed_port_address() -> str:
 
 
 class Consumer:
-    """A V2 consumer on a real socket, in a thread: FINs every message, answers heartbeats, counts deliveries."""
+    """A V2 consumer on a real socket, in a thread: FINs every message (or REQs it at once, a
+    consumer that always fails), answers heartbeats, counts deliveries."""
 
-    def __init__(self, port: int, topic: str, channel: str, rdy: int = 1, **identify):
+    def __init__(self, port: int, topic: str, channel: str, rdy: int = 1, requeue: bool = False, **identify):
         self.sock = socket.create_connection(("127.0.0.1", port))
+        self.requeue = requeue
         self.delivered = 0
         self.bodies: list[bytes] = []
         self._reader = FrameReader()
@@ -215,7 +217,7 @@ class Consumer:
             message = decode_message(frame.data)
             self.bodies.append(message.body)
             self.delivered += 1
-            self.sock.sendall(Fin(message.id).to_bytes())
+            self.sock.sendall(Req(message.id, 0).to_bytes() if self.requeue else Fin(message.id).to_bytes())
         elif frame.frame_type == FRAME_TYPE_RESPONSE and frame.data == b"_heartbeat_":
             self.sock.sendall(Nop().to_bytes())
 

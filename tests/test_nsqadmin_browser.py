@@ -269,3 +269,31 @@ def test_a_topic_ttl_and_its_expired_counts(cluster, page, screenshot):
     expect(nodes.locator("thead")).to_contain_text("Expired")
     expect(nodes.locator("tfoot")).to_contain_text("5")
     screenshot(page, "channel-ttl")
+
+
+def test_dead_letters_are_counted_and_lead_to_their_topic(cluster, page, screenshot):
+    topic_on(cluster, "payments", "ledger", counts=(0, 0))
+    nsqd = f"http://127.0.0.1:{cluster.nsqds[0].http_port}"
+    answer = httpx.post(f"{nsqd}/channel/max_attempts", params={"topic": "payments", "channel": "ledger",
+                                                                 "max_attempts": "2"})
+    assert answer.status_code == 200, answer.text
+    failing = Consumer(cluster.nsqds[0].tcp_port, "payments", "ledger", rdy=10, requeue=True)
+    try:
+        for n in range(3):
+            httpx.post(f"{nsqd}/pub", params={"topic": "payments"}, content=b"charge %d" % n)
+        wait_for(lambda: nsqd_stats(cluster, 0, "payments")["channels"][0].get("dead_letter_count") == 3,
+                 what="three dead letters")
+    finally:
+        failing.close()
+    page.goto("/topics/payments")
+    channels = page.locator("#topic-channels")
+    expect(channels.locator("thead")).to_contain_text("Dead Letters")
+    screenshot(page, "topic-dead-letters")
+    page.get_by_role("link", name="ledger", exact=True).click()
+    line = page.locator("#channel-dead-letters")
+    expect(line).to_contain_text("delivered 2 times here is not delivered again but moved to topic payments.dead")
+    expect(line).to_contain_text("3 so far")
+    screenshot(page, "channel-dead-letters")
+    line.get_by_role("link", name="payments.dead").click()
+    expect(page).to_have_url(re.compile(r"/topics/payments\.dead$"))
+    expect(page.locator("#topic-nodes tfoot")).to_contain_text("3")

@@ -129,6 +129,11 @@ def test_keys_beyond_nsq_are_kept_only_where_an_nsqd_reports_them():
     assert "expired_count" not in total["nodes"][0] and total["nodes"][2]["msg_ttl"] == 60_000
     other_ttl = rows_of("10.0.0.4:4151", "delta", raw_topic("orders", [], msg_ttl=1_000, expired_count=1))
     assert stats.aggregate_topic("orders", with_ttl + other_ttl)["msg_ttl"] is None  # the nodes differ
+    dead = rows_of("10.0.0.5:4151", "eps", raw_topic("orders", [raw_channel(
+        "billing", max_attempts=5, dead_letter_topic="orders.dead", dead_letter_count=3)]))
+    billing = stats.aggregate_topic("orders", dead + with_ttl)["channels"][0]
+    assert (billing["max_attempts"], billing["dead_letter_topic"], billing["dead_letter_count"]) == (5, "orders.dead", 3)
+    assert billing["expired_count"] == 7
 
 
 def test_e2e_aggregate_weights_averages_by_count_and_keeps_true_min():

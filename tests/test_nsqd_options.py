@@ -74,6 +74,8 @@ NSQ_DEFAULTS = {
 BEYOND_NSQ_DEFAULTS = {
     "http_auth_required": False,
     "msg_ttl": 0.0,
+    "max_attempts": 0,
+    "dead_letter_topic": "%s.dead",
 }
 
 
