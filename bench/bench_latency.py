@@ -6,9 +6,9 @@ Each run starts a fresh nsqd with default flags. One consumer connection (its ow
 process) IDENTIFYs with output_buffer_size -1 (no output buffering: nsqd's default
 buffers up to 16 KiB or 250 ms, which is that much latency by design), subscribes with
 RDY 2500 and FINs what each receive brought, in one write. One publisher connection sends
-PUB commands at --rate, a millisecond's worth at a time without waiting for the OKs (read
-as they come), each body starting with its send time (the monotonic clock, shared by the
-processes). The first second is warm-up and not counted.
+each PUB when it falls due at --rate (those that fell due while it slept go in one write),
+without waiting for the OKs (read as they come), each body starting with its send time
+(the monotonic clock, shared by the processes). The first second is warm-up and not counted.
 """
 
 import argparse
@@ -28,7 +28,7 @@ from common.frames import FRAME_HEAD, FRAME_TYPE_MESSAGE  # noqa: E402
 
 TOPIC = "latency_bench"
 SIZE = 200
-TICK = 0.001
+SHORTEST_SLEEP = 0.0001
 WARM_UP = 1.0
 
 
@@ -78,7 +78,7 @@ def publish(address: str, rate: float, runfor: float) -> int:
                 pass
         except BlockingIOError:
             pass
-        time.sleep(max(0.0, start + (sent + 1) / rate - time.monotonic(), TICK / 10))
+        time.sleep(max(start + (sent + 1) / rate - time.monotonic(), SHORTEST_SLEEP))
     conn.close()
     return sent
 

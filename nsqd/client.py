@@ -66,6 +66,7 @@ class Client:
         self.output_changed = trio.Event()
         self.output_ready = self._wake_writer  # the connection's: called when output may need sending
         self.timeouts_changed = trio.Event()
+        self.timeouts_checked_at = float("inf")  # when the timeout task wakes next (it may find nothing due)
 
     def __repr__(self) -> str:
         return f"<Client {self.id} {self.remote_address}>"
@@ -161,7 +162,7 @@ class Client:
             return start
         now = trio.current_time()
         deadline = now + self.msg_timeout
-        if not in_flight:
+        if deadline < self.timeouts_checked_at:
             self.timeouts_changed.set()
         was_empty = not out
         sample_rate, screen = self.sample_rate, self.channel.screen

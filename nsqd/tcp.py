@@ -314,7 +314,10 @@ class Connection:
         client = self.client
         while True:
             client.timeouts_changed = trio.Event()
-            with trio.move_on_at(client.next_deadline()):
+            # a wake at a deadline whose message has gone (FIN) is harmless, so deliveries
+            # wake this task only for a deadline earlier than the one it sleeps until
+            client.timeouts_checked_at = client.next_deadline()
+            with trio.move_on_at(client.timeouts_checked_at):
                 await client.timeouts_changed.wait()
             if client.channel is not None:
                 client.expire(trio.current_time())
