@@ -11,7 +11,8 @@ that batch ends (nsqd/output_batch.py): on a plain socket straight from that tas
 non-blocking write, when the writer is not sending and the socket takes it all; otherwise
 the writer sends it. Plain sockets are also read without trio's stream layer (a
 non-blocking read, waiting for readability only when there is nothing), which with the
-batching halves what a command costs; every receive still yields to the other tasks.
+batching cuts what a lone PUB costs nsqd to a third; every receive still yields to the
+other tasks (reading first, then yielding, also lets a quick client's next command arrive).
 The read deadline (2 x heartbeat interval, nsqd's) runs from when a read starts waiting,
 as nsqd sets it before each read; the writer task enforces it.
 
@@ -134,7 +135,8 @@ class Connection:
         self.client.output_changed.set()
 
     async def _read_loop(self) -> None:
-        client, parser, execute, batch = self.client, self.protocol.parser, self.protocol.execute, self.nsqd.output_batch
+        client, parser, execute = self.client, self.protocol.parser, self.protocol.execute
+        batch = self.nsqd.output_batch
         while True:
             data = await self._receive()
             if not data:

@@ -12,7 +12,7 @@ from common.commands import (
 from common.errors import ClientError
 from common.frames import encode_error
 from common.identify import FIELDS
-from common.protocol_v2 import MAX_LINE_LENGTH, NEED_DATA, CommandParser, Limits, State
+from common.protocol_v2 import MAX_LINE_LENGTH, NEED_DATA, CommandParser, FinRun, Limits, State
 
 MSG_ID = b"0a1b2c3d4e5f6071"
 INIT, SUBSCRIBED, CLOSING = State.INIT, State.SUBSCRIBED, State.CLOSING
@@ -558,3 +558,65 @@ def test_identify_to_bytes_is_a_sized_json_body():
 
 def test_magic_constant():
     assert MAGIC_V2 == bytes.fromhex("20205632")
+
+
+# -- FIN runs (nsqd's fin_runs mode) --------------------------------------------------------
+
+OTHER_ID = b"fedcba9876543210"
+
+
+def parse_fin_runs(data: bytes, state: State = SUBSCRIBED) -> list:
+    parser = CommandParser(fin_runs=True)
+    parser.state = state
+    parser.receive_data(MAGIC_V2 + data)
+    events = drain(parser)
+    assert parser.buffered == 0
+    return events
+
+
+def test_consecutive_fins_are_one_run():
+    data = b"FIN " + MSG_ID + b"\nFIN " + OTHER_ID + b"\nFIN " + MSG_ID + b"\n"
+    assert parse_fin_runs(data) == [FinRun([MSG_ID, OTHER_ID, MSG_ID])]
+    assert parse_fin_runs(data, CLOSING) == [FinRun([MSG_ID, OTHER_ID, MSG_ID])]
+    assert parse(data, SUBSCRIBED) == [Fin(MSG_ID), Fin(OTHER_ID), Fin(MSG_ID)]  # not asked for
+
+
+@pytest.mark.parametrize("line, event", [
+    (b"FIN " + MSG_ID + b"\r\n", Fin(MSG_ID)),
+    (b"FIN " + MSG_ID + b" extra\n", Fin(MSG_ID)),
+])
+def test_other_fin_forms_end_a_run_and_parse_as_before(line, event):
+    run = b"FIN " + OTHER_ID + b"\n"
+    assert parse_fin_runs(run + line + run) == [FinRun([OTHER_ID]), event, FinRun([OTHER_ID])]
+
+
+@pytest.mark.parametrize("line, message", [
+    (b"FIN 0a1b2c3d 4e5f6071\n", "E_INVALID invalid message ID"),
+    (b"FIN " + MSG_ID + b"0\n", "E_INVALID invalid message ID"),
+])
+def test_a_bad_fin_after_a_run_is_refused_as_before(line, message):
+    parser = CommandParser(fin_runs=True)
+    parser.state = SUBSCRIBED
+    parser.receive_data(MAGIC_V2 + b"FIN " + OTHER_ID + b"\n" + line)
+    assert parser.next_event() == FinRun([OTHER_ID])
+    with pytest.raises(ClientError) as info:
+        parser.next_event()
+    assert str(info.value) == message
+
+
+def test_fins_where_fin_is_not_allowed_are_refused_as_before():
+    parser = CommandParser(fin_runs=True)
+    parser.receive_data(MAGIC_V2 + b"FIN " + MSG_ID + b"\n")
+    with pytest.raises(ClientError) as info:
+        parser.next_event()
+    assert str(info.value) == "E_INVALID cannot FIN in current state"
+
+
+def test_a_run_cut_by_a_receive_goes_on_in_the_next_event():
+    parser = CommandParser(fin_runs=True)
+    parser.state = SUBSCRIBED
+    data = MAGIC_V2 + b"FIN " + MSG_ID + b"\nFIN " + OTHER_ID + b"\n"
+    parser.receive_data(data[:-5])
+    assert drain(parser) == [FinRun([MSG_ID])]
+    parser.receive_data(data[-5:])
+    assert drain(parser) == [FinRun([OTHER_ID])]

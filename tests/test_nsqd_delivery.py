@@ -4,7 +4,8 @@ import struct
 
 import trio
 
-from common.message import Message
+from common.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, Frame
+from common.message import Message, decode_message
 
 from .helpers import RawClient
 
@@ -434,3 +435,22 @@ async def test_max_channel_consumers(start_nsqd):
             if await retry.read_frame() == (0, b"OK"):
                 break
             await trio.sleep(0.05)
+
+
+async def test_fins_in_one_write_keep_a_lone_fins_answers_and_order(nsqd):
+    """Consecutive FINs are finished as a batch; one that fails in the middle is still answered
+    where it stood: after the messages the FINs before it freed, before those the ones after it free."""
+    await publish(nsqd.tcp_port, "t", *[b"m%d" % n for n in range(6)])
+    client = await consumer(nsqd.tcp_port, rdy=2)
+    first, second = await read_messages(client, 2)
+    unknown = b"0123456789abcdef"
+    await client.send(b"FIN " + first.id + b"\nFIN " + unknown + b"\nFIN " + second.id + b"\n")
+    frames = [await client.read_frame() for _ in range(3)]
+    assert frames[0].frame_type == FRAME_TYPE_MESSAGE
+    assert frames[1] == Frame(FRAME_TYPE_ERROR, b"E_FIN_FAILED FIN " + unknown + b" failed ID not in flight")
+    assert frames[2].frame_type == FRAME_TYPE_MESSAGE
+    third, fourth = (decode_message(frame.data) for frame in (frames[0], frames[2]))
+    assert (third.body, fourth.body) == (b"m2", b"m3")
+    await client.send(b"FIN " + third.id + b"\r\nFIN " + fourth.id + b"\n")  # a \r\n line ends a run
+    assert [msg.body for msg in await read_messages(client, 2)] == [b"m4", b"m5"]
+    await client.assert_no_frame(0.2)
