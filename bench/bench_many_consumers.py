@@ -13,6 +13,7 @@ answered, and nsqd's CPU.
 
 import argparse
 import asyncio
+import gc
 import multiprocessing
 import socket
 import statistics
@@ -93,6 +94,9 @@ async def consume(address: str, topics: list[str], count: int, heartbeat_ms: int
 
 
 def consumer_process(address, topics, count, heartbeat_ms, ready, stop, results) -> None:
+    # a load generator must not stall: full collections of its thousands of connections
+    # would make it miss heartbeats and be dropped, which would be blamed on nsqd
+    gc.set_threshold(50_000, 20, 100)
     results.put(asyncio.run(consume(address, topics, count, heartbeat_ms, ready, stop)))
 
 

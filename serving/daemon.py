@@ -22,6 +22,8 @@ import trio
 from common import VERSION, lg
 from common.goflags import Flag, FlagError, parse_args, resolve, usage
 
+from .collector import tune_for_a_daemon
+
 
 def read_config(path: str) -> dict:
     """The TOML config file's keys, or {} without one; FlagError if it cannot be used."""
@@ -135,6 +137,7 @@ def run_main(program: str, flags: list[Flag], load_options: Callable, make_daemo
         log.warning("config: ignoring unknown or unsupported key %r", key)
     log.info("%s v%s (python %s)", program, VERSION, sys.version.split()[0])
     banner(opts, log)
+    tune_for_a_daemon()
     try:
         serve(make_daemon, opts, log)
     except (OSError, ValueError, ExceptionGroup) as exc:
