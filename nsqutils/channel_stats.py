@@ -14,7 +14,9 @@ from .golog import Fatal
 
 def cluster_info(nsqd_http_addresses: list[str], lookupd_http_addresses: list[str], connect_timeout: float,
                  request_timeout: float) -> ClusterInfo:
-    sources = SimpleNamespace(nsqd_http_address=nsqd_http_addresses, lookupd_http_address=lookupd_http_addresses)
+    # NSQ's utilities send nsqd no credentials (--http-auth-required is this project's, not NSQ's)
+    sources = SimpleNamespace(nsqd_http_address=nsqd_http_addresses, lookupd_http_address=lookupd_http_addresses,
+                              nsqd_auth_secret="")
     return ClusterInfo(Upstream(connect_timeout, request_timeout), sources)
 
 
