@@ -34,16 +34,40 @@ _HEAD = struct.Struct(">ii")
 
 
 class FinWriter:
-    """FINs through a bufio.Writer of WRITE_BUFFER bytes."""
+    """FINs through a bufio.Writer of WRITE_BUFFER bytes, with bench_reader's flush rule."""
 
-    def __init__(self, conn):
-        self.conn = conn
+    def __init__(self, conn, rdy: int):
+        self.send = conn.send
+        self.rdy = rdy
+        self.last_buffered = int(rdy * 0.75)  # count % rdy above this: flushed after each FIN
         self.buffer = bytearray()
+        self.count = 0
 
     def flush(self) -> None:
         if self.buffer:
-            self.conn.send(bytes(self.buffer))
+            self.send(bytes(self.buffer))
             self.buffer.clear()
+
+    def fin(self, lines: list[bytes]) -> None:
+        """One FIN line per message, in order: the runs that bufio would only buffer are
+        buffered at once (same 4096-byte writes), the others written one by one."""
+        buffer, send, index = self.buffer, self.send, 0
+        while index < len(lines):
+            position = (self.count + 1) % self.rdy
+            if position > self.last_buffered:
+                run = min(len(lines) - index, self.rdy - position)
+                for line in lines[index:index + run]:
+                    buffer += line
+                    send(bytes(buffer))
+                    buffer.clear()
+            else:
+                run = min(len(lines) - index, self.last_buffered - position + 1)
+                buffer += b"".join(lines[index:index + run])
+                while len(buffer) > WRITE_BUFFER:
+                    send(bytes(buffer[:WRITE_BUFFER]))
+                    del buffer[:WRITE_BUFFER]
+            index += run
+            self.count += run
 
 
 def consume(address: str, topic: str, channel: str, rdy: int, runfor: float, count: int, feature_values: dict,
@@ -61,13 +85,12 @@ def read_messages(conn, rdy: int, runfor: float, count: int) -> int:
     """FIN messages until --runfor has passed or ``count`` arrived; how many arrived."""
     began = time.monotonic()
     end, next_flush = began + runfor, began + FLUSH_EVERY
-    writer = FinWriter(conn)
-    buffer, threshold, received = writer.buffer, rdy * 0.75, 0
+    writer = FinWriter(conn, rdy)
     unpack_head, unread = _HEAD.unpack_from, bytearray()
     while True:
         now = time.monotonic()
-        if now >= end or (count and received >= count):
-            return received
+        if now >= end or (count and writer.count >= count):
+            return writer.count
         if now >= next_flush:
             writer.flush()
             next_flush += FLUSH_EVERY
@@ -76,27 +99,22 @@ def read_messages(conn, rdy: int, runfor: float, count: int) -> int:
             unread += conn.receive()
         except TimeoutError:
             continue
-        pos, length = 0, len(unread)
+        pos, length, fins = 0, len(unread), []
         while length - pos >= 8:
             size, frame_type = unpack_head(unread, pos)
             frame_end = pos + 4 + size
             if frame_end > length:
                 break
             if frame_type == FRAME_TYPE_MESSAGE:
-                buffer += b"FIN "
-                buffer += unread[pos + 18:pos + 34]
-                buffer += b"\n"
-                received += 1
-                if received % rdy > threshold:
-                    writer.flush()
-                elif len(buffer) > WRITE_BUFFER:
-                    conn.send(bytes(buffer[:WRITE_BUFFER]))
-                    del buffer[:WRITE_BUFFER]
+                fins.append(b"FIN %b\n" % unread[pos + 18:pos + 34])
             else:
+                writer.fin(fins)
+                fins = []
                 if frame_type == FRAME_TYPE_ERROR:
                     print(bytes(unread[pos + 8:frame_end]).decode(), file=sys.stderr)
                 writer.flush()
             pos = frame_end
+        writer.fin(fins)
         del unread[:pos]
 
 
