@@ -65,6 +65,12 @@ class ClassArchive:
         self.writing = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         return f"{QUIET} -XX:ArchiveClassesAtExit={self.writing}"
 
+    def describe(self) -> str:
+        """How this JVM uses the archive, once ``option()`` has been called."""
+        if self.writing is not None:
+            return "saving its classes in a class archive as it exits, for later runs"
+        return "classes mapped from the class archive"
+
     def finish(self, exited_cleanly: bool) -> None:
         """Publish the archive the JVM wrote, if it wrote one and exited cleanly."""
         if self.writing is None:

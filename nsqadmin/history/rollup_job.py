@@ -106,9 +106,10 @@ def run_rollup(stats_dir: str | Path, spark: Callable[[int], SparkSession], now:
         summary = _roll_up_new_files(stats_dir, spark, state)
         write_health(stats_dir, now)
         _apply_retention(stats_dir, state, now - retention)
+        compacting = time.monotonic()
         compacted = compaction.compact_closed_hours(stats_dir, state, now)
         if compacted:
-            log.info("compacted the raw files of %d closed hours", compacted)
+            log.info("compacted the raw files of %d closed hours in %.1f s", compacted, time.monotonic() - compacting)
     summary.seconds = time.monotonic() - started
     return summary
 
@@ -297,8 +298,8 @@ def _write_hourly(spark: SparkSession, staging: Path, node_minutes: DataFrame, k
                .groupBy("hour_start", "ts", "window_key", "all_key").agg(*minute_aggregates())
                .select("hour_start", F.col("window_key").alias("key"), *minute_columns())
                .persist())
-    in_hour = Window.partitionBy("hour_start", "key").orderBy("ts")
-    hours = (with_group_p95(minutes, in_hour, "depth_avg").groupBy("hour_start", "key").agg(*coarser_aggregates())
+    hours = (with_group_p95(minutes, ["hour_start", "key"], "depth_avg").groupBy("hour_start", "key")
+             .agg(*coarser_aggregates())
              .withColumn("ts", F.col("hour_start")).select("hour_start", "key", *coarser_columns()))
     levels = minutes.withColumn("level", F.lit("1m")).unionByName(hours.withColumn("level", F.lit("1h")))
     rows = _named(levels, keys).join(F.broadcast(_hour_partitions(spark, touched)), "hour_start").drop("hour_start")
@@ -330,8 +331,7 @@ def _write_days(spark: SparkSession, stats_dir: Path, staging: Path, days: list[
     """The touched months' 1d partitions: the rewritten days' windows, from the 1h windows just
     staged, with those kept."""
     hours = _read_rollups(spark, _staged(staging, "1h")).withColumn("day", F.date_trunc("day", "ts"))
-    in_day = Window.partitionBy(*NAMES, "day").orderBy("ts")
-    windows = (with_group_p95(hours, in_day, "depth_avg").groupBy(*NAMES, "day").agg(*coarser_aggregates())
+    windows = (with_group_p95(hours, [*NAMES, "day"], "depth_avg").groupBy(*NAMES, "day").agg(*coarser_aggregates())
                .withColumn("ts", F.col("day")).select(*NAMES, *coarser_columns()).select(*ROLLUP_NAMES))
     kept = _read_rollups(spark, _existing(stats_dir, "1d", months)).where(~F.col("ts").isin(days))
     _write_level(staging, "1d", windows.unionByName(kept))
