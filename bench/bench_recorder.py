@@ -16,16 +16,18 @@ Parquet, measured the same way. A poll is everything the recorder does for one t
 listing the nodes, every nsqd's /stats, decoding, building the rows.
 
 Prints per run the CPU and wall milliseconds per poll and the flush's CPU per poll it
-wrote, then the medians over runs against the target (< 5 ms of CPU per poll). The box is
-shared, and CPU time grows when the other core is busy, so each run also times a fixed
-piece of work, json.loads of one fake /stats, as a yardstick of the machine's speed then.
+wrote, then the medians over runs against the target: the recorder's whole cost to nsqadmin,
+polling and writing the rows, under 5 ms of CPU per poll. The box is shared, and CPU time
+grows when the other core is busy, so each run also times a fixed piece of work, json.loads
+of one fake /stats, as a yardstick of the machine's speed then, and prints the load average.
 """
 
 import argparse
 import asyncio
 import json
-import urllib.request
+import os
 import statistics
+import urllib.request
 import subprocess
 import sys
 import tempfile
@@ -120,16 +122,17 @@ def main() -> None:
             runs.append(result)
             print(f"run {run}: {result['rows']} rows a poll; poll {result['cpu_ms']:.2f} CPU-ms "
                   f"({result['wall_ms']:.2f} ms wall); flush to {files} file(s) {result['flush_cpu_ms']:.2f} "
-                  f"CPU-ms per poll; yardstick (json.loads of one /stats) {result['yardstick_ms']:.2f} ms", flush=True)
+                  f"CPU-ms per poll; yardstick (json.loads of one /stats) {result['yardstick_ms']:.2f} ms; "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
     finally:
         fake.terminate()
         fake.wait(timeout=15)
     cpu = statistics.median(run["cpu_ms"] for run in runs)
     flush = statistics.median(run["flush_cpu_ms"] for run in runs)
     yardstick = statistics.median(run["yardstick_ms"] for run in runs)
-    verdict = "ok" if cpu < TARGET_CPU_MS else "MISSED"
-    print(f"\nmedian over {args.runs} runs: {cpu:.2f} CPU-ms per poll (target < {TARGET_CPU_MS:.0f} ms: {verdict}), "
-          f"plus {flush:.2f} CPU-ms per poll to write its rows; {cpu + flush:.2f} CPU-ms in all; "
+    verdict = "met" if cpu + flush < TARGET_CPU_MS else "NOT met"
+    print(f"\nmedian over {args.runs} runs: {cpu:.2f} CPU-ms per poll plus {flush:.2f} CPU-ms per poll to write "
+          f"its rows: {cpu + flush:.2f} CPU-ms of nsqadmin per poll (target < {TARGET_CPU_MS:.0f} ms: {verdict}); "
           f"yardstick {yardstick:.2f} ms")
 
 

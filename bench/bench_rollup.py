@@ -1,25 +1,37 @@
 """Time the stats-history rollup job: the first full rollup of a day of snapshots, then a one-minute incremental run.
 
     python bench/bench_rollup.py [--data=/tmp/nsq-rollup-bench] [--runs=3] [--spark-master=local[2]]
-                                 [--nodes=10] [--channels=200] [--topics=20] [--hours=24]
+                                 [--layout=compacted|flushes] [--nodes=10] [--channels=200] [--topics=20] [--hours=24]
 
 The snapshots are generated once (bench/history_data.py) into DATA/<shape>/stats and reused by
-later invocations. Each run hard-links them into a fresh DATA/<shape>/run/stats (the job never
-changes a file in place: it publishes new files by rename and unlinks old ones, so the links are
-safe), runs `nsqadmin-rollup` over everything as a new process (the first full rollup), appends
-one minute as nsqadmin's recorder would, and runs it again (the incremental run).
+later invocations: --layout=compacted (the default) writes a file per hour, as the job's
+compaction leaves closed hours; --layout=flushes a file per minute, as the recorder leaves them
+when no rollup has run yet, so the first full run also compacts the 24 hours it rolled up. Each
+run hard-links them into a fresh DATA/<shape>/run/stats (the job never changes a file in place:
+it publishes new files by rename and unlinks old ones, so the links are safe), runs
+`nsqadmin-rollup` over everything as a new process (the first full rollup), appends one minute
+as nsqadmin's recorder would, and runs it again (the incremental run).
 
 Each run is measured as a whole process tree: wall seconds, CPU seconds and peak RSS. pyspark
 does not wait for the JVM it starts, so this process becomes a child subreaper: the JVM is
 reparented to it at the end and reaped here, with its resource usage. The job's log of every run
-is kept in DATA/<shape>/ (run-N-full.log, run-N-incremental.log) and its summary line printed.
-Raw rows per second = rows / the full run's wall seconds. The data starts on 2026-01-01, so
---stats-retention is set long enough to keep all of it.
+is kept in DATA/<shape>/ (run-N-full.log, run-N-incremental.log); its phases (Spark start-up,
+each level's Spark work, compaction) and summary line are printed. Raw rows per second = rows /
+the full run's wall seconds. The machine is shared, so every figure comes with CPU seconds and
+the load average (1 minute) before and after: a run on local[2] that had both cores to itself
+takes about its CPU seconds / 2 of wall time where its work is parallel.
+
+The first run with a new Java, Spark or JVM options saves the JVM's classes in a class archive
+as it exits (class_archive.py: seconds of extra work, once); when either archive a run uses
+(the full run's and the small run's JVM options differ) is missing, an untimed warm-up run
+writes them first. The data starts on 2026-01-01, so --stats-retention is set long enough to
+keep all of it.
 """
 
 import argparse
 import ctypes
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -33,6 +45,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.history_data import ClusterShape, append_minute, generate, retention_keeping  # noqa: E402
 from nsqadmin.history import layout  # noqa: E402
+from nsqadmin.history.class_archive import ClassArchive  # noqa: E402
+from nsqadmin.history.spark_session import LARGE_RUN_JVM_OPTIONS, SMALL_RUN_JVM_OPTIONS  # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36
 FULL_ROWS_PER_SECOND_TARGET = 250_000
@@ -40,6 +54,13 @@ INCREMENTAL_SECONDS_TARGET = 20.0
 # Changes when the generated files change (v2: hours in five-minute row groups, as compaction
 # now writes them); data cached under an older name is not reused.
 DATA_FORMAT = "v2"
+# What the job's log says of its phases (rollup_job, spark_session), as (label, pattern of its seconds).
+PHASES = (("Spark start-up", r"started Spark on \S+ in ([\d.]+) s"),
+          ("1m + hours' Spark work", r"staged \d+ 1m partitions in ([\d.]+) s"),
+          ("1h", r"staged \d+ 1h partitions in ([\d.]+) s"),
+          ("1d", r"staged \d+ 1d partitions in ([\d.]+) s"),
+          ("compaction", r"compacted the raw files of \d+ closed hours in ([\d.]+) s"),
+          ("whole rollup", r"rollup: read .* in ([\d.]+) s"))
 
 
 @dataclass(frozen=True)
@@ -47,9 +68,12 @@ class Measurement:
     wall: float
     cpu: float
     peak_rss: int  # bytes, of the largest process in the tree (the JVM)
+    load_before: float
+    load_after: float
 
     def describe(self) -> str:
-        return f"{self.wall:.1f} s wall, {self.cpu:.1f} CPU s, peak RSS {self.peak_rss / 2**20:,.0f} MiB"
+        return (f"{self.wall:.1f} s wall, {self.cpu:.1f} CPU s, peak RSS {self.peak_rss / 2**20:,.0f} MiB, "
+                f"load average {self.load_before:.1f} -> {self.load_after:.1f}")
 
 
 def become_subreaper() -> None:
@@ -63,6 +87,7 @@ def run_job(stats_dir: Path, master: str, retention: str, log: Path) -> Measurem
     """Run one rollup as a new process; wait for it and every process it left behind."""
     command = [str(Path(sys.executable).parent / "nsqadmin-rollup"), "--stats-dir", str(stats_dir),
                "--spark-master", master, "--stats-retention", retention]
+    load_before = os.getloadavg()[0]
     began = time.perf_counter()
     with open(log, "w") as output:
         job = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
@@ -81,7 +106,7 @@ def run_job(stats_dir: Path, master: str, retention: str, log: Path) -> Measurem
     if status != 0:
         tail = "".join(log.read_text().splitlines(keepends=True)[-20:])
         raise SystemExit(f"{' '.join(command)} exited {status}; the end of {log}:\n{tail}")
-    return Measurement(wall, cpu, peak)
+    return Measurement(wall, cpu, peak, load_before, os.getloadavg()[0])
 
 
 def summary_line(log: Path) -> str:
@@ -89,16 +114,34 @@ def summary_line(log: Path) -> str:
     return lines[-1] if lines else "(no summary line in the job's log)"
 
 
-def prepared_data(data: Path, shape: ClusterShape, hours: int) -> tuple[Path, int]:
-    """The pristine stats dir for this shape (generated on first use) and its row count."""
-    home = data / f"{shape.nodes}n-{shape.channels}c-{shape.topics}t-{hours}h-{DATA_FORMAT}"
+def phases(log: Path, wall: float) -> str:
+    """The seconds of each phase the job logged, and what the process spent outside the rollup."""
+    text = log.read_text()
+    found = {label: float(match.group(1)) for label, pattern in PHASES if (match := re.search(pattern, text))}
+    parts = [f"{label} {seconds:.1f} s" for label, seconds in found.items()]
+    if "whole rollup" in found:
+        parts.append(f"outside it (Python start, JVM exit) {wall - found['whole rollup']:.1f} s")
+    if "saved the JVM's classes" in text:
+        parts.append("this run saved the class archive")
+    return "; ".join(parts)
+
+
+def missing_class_archives() -> list[Path]:
+    """The class archives of the full and the incremental runs' JVM options that do not exist yet."""
+    archives = (ClassArchive.for_options(options) for options in (LARGE_RUN_JVM_OPTIONS, SMALL_RUN_JVM_OPTIONS))
+    return [archive.path for archive in archives if archive is not None and not archive.path.exists()]
+
+
+def prepared_data(data: Path, shape: ClusterShape, hours: int, flushes: bool) -> tuple[Path, int]:
+    """The pristine stats dir for this shape and layout (generated on first use) and its row count."""
+    home = data / f"{shape.nodes}n-{shape.channels}c-{shape.topics}t-{hours}h-{DATA_FORMAT}{'-flushes' if flushes else ''}"
     pristine, marker = home / "stats", home / "rows"
     if marker.exists():
         print(f"data: {int(marker.read_text()):,} rows cached in {pristine}")
         return pristine, int(marker.read_text())
     shutil.rmtree(pristine, ignore_errors=True)
     began = time.perf_counter()
-    rows = generate(pristine, shape, hours)
+    rows = generate(pristine, shape, hours, flushes=flushes)
     marker.write_text(str(rows))
     print(f"data: generated {rows:,} rows in {pristine} in {time.perf_counter() - began:.1f} s")
     return pristine, rows
@@ -111,17 +154,20 @@ def fresh_copy(pristine: Path, work: Path) -> Path:
     return work
 
 
-def bench_run(number: int, pristine: Path, rows: int, master: str, retention: str) -> tuple[Measurement, Measurement]:
+def bench_run(name: str, pristine: Path, rows: int, master: str, retention: str) -> tuple[Measurement, Measurement]:
     work = fresh_copy(pristine, pristine.parent / "run" / "stats")
-    full_log = pristine.parent / f"run-{number}-full.log"
+    full_log = pristine.parent / f"{name.replace(' ', '-')}-full.log"
     full = run_job(work, master, retention, full_log)
-    print(f"run {number} full: {rows:,} rows, {full.describe()}, {rows / full.wall:,.0f} rows/s")
-    print(f"    {summary_line(full_log)}")
+    print(f"{name} full: {rows:,} rows, {full.describe()}: {rows / full.wall:,.0f} rows/s, "
+          f"{rows / full.cpu:,.0f} rows per CPU s", flush=True)
+    print(f"    {phases(full_log, full.wall)}")
+    print(f"    {summary_line(full_log)}", flush=True)
     _, appended = append_minute(work)
-    incremental_log = pristine.parent / f"run-{number}-incremental.log"
+    incremental_log = pristine.parent / f"{name.replace(' ', '-')}-incremental.log"
     incremental = run_job(work, master, retention, incremental_log)
-    print(f"run {number} incremental: +{appended:,} rows, {incremental.describe()}")
-    print(f"    {summary_line(incremental_log)}")
+    print(f"{name} incremental: +{appended:,} rows, {incremental.describe()}")
+    print(f"    {phases(incremental_log, incremental.wall)}")
+    print(f"    {summary_line(incremental_log)}", flush=True)
     return full, incremental
 
 
@@ -129,15 +175,22 @@ def verdict(met: bool) -> str:
     return "met" if met else "NOT met"
 
 
+def spread(values: list[float], unit: str) -> str:
+    """The median, with the range when there are several values."""
+    text = f"{statistics.median(values):.1f} {unit}"
+    return text if len(values) == 1 else f"{text} ({min(values):.1f}-{max(values):.1f})"
+
+
 def report(rows: int, fulls: list[Measurement], incrementals: list[Measurement]) -> None:
     full_wall = statistics.median(m.wall for m in fulls)
     incremental_wall = statistics.median(m.wall for m in incrementals)
     rate = rows / full_wall
-    print(f"median full: {full_wall:.1f} s wall, {statistics.median(m.cpu for m in fulls):.1f} CPU s, "
-          f"{rate:,.0f} raw rows/s (target >= {FULL_ROWS_PER_SECOND_TARGET:,}: "
-          f"{verdict(rate >= FULL_ROWS_PER_SECOND_TARGET)})")
-    print(f"median incremental: {incremental_wall:.1f} s wall, "
-          f"{statistics.median(m.cpu for m in incrementals):.1f} CPU s "
+    full_cpu = statistics.median(m.cpu for m in fulls)
+    print(f"median full: {spread([m.wall for m in fulls], 's wall')}, {spread([m.cpu for m in fulls], 'CPU s')}, "
+          f"{rate:,.0f} raw rows/s, {rows / full_cpu:,.0f} rows per CPU s (target >= {FULL_ROWS_PER_SECOND_TARGET:,} "
+          f"rows/s: {verdict(rate >= FULL_ROWS_PER_SECOND_TARGET)})")
+    print(f"median incremental: {spread([m.wall for m in incrementals], 's wall')}, "
+          f"{spread([m.cpu for m in incrementals], 'CPU s')} "
           f"(target < {INCREMENTAL_SECONDS_TARGET:.0f} s: {verdict(incremental_wall < INCREMENTAL_SECONDS_TARGET)})")
 
 
@@ -154,6 +207,8 @@ def main() -> None:
                         help="where the generated snapshots are kept between invocations")
     parser.add_argument("--runs", type=positive, default=3)
     parser.add_argument("--spark-master", default="local[2]")
+    parser.add_argument("--layout", choices=("compacted", "flushes"), default="compacted",
+                        help="raw files as compaction leaves closed hours, or as the recorder flushes them")
     parser.add_argument("--nodes", type=positive, default=10)
     parser.add_argument("--channels", type=positive, default=200)
     parser.add_argument("--topics", type=positive, default=20)
@@ -164,9 +219,15 @@ def main() -> None:
     if not (Path(sys.executable).parent / "nsqadmin-rollup").exists():
         parser.exit(1, f"bench_rollup: no nsqadmin-rollup beside {sys.executable}: run with the project's .venv\n")
     become_subreaper()
-    pristine, rows = prepared_data(args.data, ClusterShape(args.nodes, args.channels, args.topics), args.hours)
+    pristine, rows = prepared_data(args.data, ClusterShape(args.nodes, args.channels, args.topics), args.hours,
+                                   args.layout == "flushes")
     retention = retention_keeping()
-    runs = [bench_run(number, pristine, rows, args.spark_master, retention) for number in range(1, args.runs + 1)]
+    missing = missing_class_archives()
+    if missing:
+        print(f"warm-up (not counted): no class archive yet ({', '.join(path.name for path in missing)})", flush=True)
+        bench_run("warm-up", pristine, rows, args.spark_master, retention)
+    runs = [bench_run(f"run {number}", pristine, rows, args.spark_master, retention)
+            for number in range(1, args.runs + 1)]
     report(rows, [full for full, _ in runs], [incremental for _, incremental in runs])
 
 

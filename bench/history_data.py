@@ -1,12 +1,14 @@
 """Raw stats snapshots for the rollup benchmark and tests: N nodes x C channels (over T topics) x H hours.
 
-    python bench/history_data.py --out DIR [--nodes 10] [--channels 200] [--topics 20] [--hours 24]
+    python bench/history_data.py --out DIR [--nodes 10] [--channels 200] [--topics 20] [--hours 24] [--flushes]
     python bench/history_data.py --out DIR --append-minute
 
 The first form writes H hours of 10-second snapshots starting at 2026-01-01 00:00 UTC into
 DIR/raw (layout.RAW_SCHEMA, layout paths), one Parquet file per hour directory, as the rollup
-job's compaction leaves closed hours. The second appends the next minute as one small new
-file, as nsqadmin's recorder writes between two scheduled rollups.
+job's compaction leaves closed hours; with --flushes, one file per minute instead, its rows in
+poll order, as nsqadmin's recorder leaves them when no rollup has run yet (it flushes every
+minute). The second appends the next minute as one small new file, as nsqadmin's recorder
+writes between two scheduled rollups.
 
 Rows: H x 360 snapshots x N x (C + T): one row per channel and one per topic (channel ""),
 never a missing node. The defaults (24 h, 10 nodes, 200 channels over 20 topics) make
@@ -322,20 +324,31 @@ def write_snapshots(stats_dir: Path, table: pa.Table, start: datetime, name: str
     return final
 
 
-def generate(stats_dir: str | Path, shape: ClusterShape, hours: int, start: datetime = START) -> int:
-    """Write ``hours`` hours of snapshots, one file per hour directory; the number of rows written."""
+def generate(stats_dir: str | Path, shape: ClusterShape, hours: int, start: datetime = START,
+             flushes: bool = False) -> int:
+    """Write ``hours`` hours of snapshots, one compacted file per hour directory (with ``flushes``,
+    one recorder's file per minute); the number of rows written."""
     stats_dir = Path(stats_dir)
     if layout.visible_files(layout.raw_dir(stats_dir)):
         raise ValueError(f"{layout.raw_dir(stats_dir)} already holds snapshots: generate into an empty directory")
     series = build_series(shape)
     carry = Carry.zero(len(series))
     written = 0
-    for hour in range(hours):
-        hour_start = start + timedelta(hours=hour)
-        table, carry = chunk(series, hour_start, SNAPSHOTS_PER_HOUR, carry)
-        write_snapshots(stats_dir, table, hour_start, compacted_name(), compacted=True)
+    per_file = SNAPSHOTS_PER_MINUTE if flushes else SNAPSHOTS_PER_HOUR
+    for n in range(hours * SNAPSHOTS_PER_HOUR // per_file):
+        file_start = start + timedelta(seconds=n * per_file * SNAPSHOT_SECONDS)
+        table, carry = chunk(series, file_start, per_file, carry)
+        if flushes:
+            write_snapshots(stats_dir, in_poll_order(table), file_start, recorded_name(file_start), compacted=False)
+        else:
+            write_snapshots(stats_dir, table, file_start, compacted_name(), compacted=True)
         written += table.num_rows
     return written
+
+
+def in_poll_order(table: pa.Table) -> pa.Table:
+    """A chunk's rows as the recorder writes them: poll by poll, each in the series' order."""
+    return table.take(pc.sort_indices(table["ts"]))
 
 
 def append_minute(stats_dir: str | Path) -> tuple[Path, int]:
@@ -392,6 +405,8 @@ def main() -> None:
     parser.add_argument("--channels", type=positive, default=200)
     parser.add_argument("--topics", type=positive, default=20, help="the channels are spread evenly over them")
     parser.add_argument("--hours", type=positive, default=24)
+    parser.add_argument("--flushes", action="store_true",
+                        help="a file per minute in poll order, as the recorder writes them, not one per hour")
     parser.add_argument("--append-minute", action="store_true",
                         help="append the minute after the newest snapshot in OUT instead")
     args = parser.parse_args()
@@ -403,8 +418,10 @@ def main() -> None:
             path, rows = append_minute(args.out)
             print(f"appended {rows:,} rows in {path} in {time.perf_counter() - began:.1f}s")
         else:
-            rows = generate(args.out, ClusterShape(args.nodes, args.channels, args.topics), args.hours)
-            print(f"wrote {rows:,} rows in {args.hours} files under {layout.raw_dir(args.out)} "
+            rows = generate(args.out, ClusterShape(args.nodes, args.channels, args.topics), args.hours,
+                            flushes=args.flushes)
+            files = args.hours * (60 if args.flushes else 1)
+            print(f"wrote {rows:,} rows in {files} files under {layout.raw_dir(args.out)} "
                   f"in {time.perf_counter() - began:.1f}s")
     except (ValueError, OSError) as error:
         parser.exit(1, f"history_data: {error}\n")

@@ -46,6 +46,22 @@ def test_one_file_an_hour_in_the_raw_layout_as_compaction_writes_it(stats_dir):
         assert not pc.any(table["missing"]).as_py()
 
 
+def test_flushes_are_a_file_a_minute_in_poll_order_with_the_same_snapshots(stats_dir, tmp_path):
+    flushed = tmp_path / "flushed"
+    assert generate(flushed, SHAPE, hours=2, flushes=True) == SHAPE.rows(2)
+    files = layout.visible_files(layout.raw_dir(flushed))
+    assert len(files) == 2 * 60
+    for minute, path in enumerate(files):
+        table = pq.read_table(path)
+        assert table.schema == layout.RAW_SCHEMA
+        times = table["ts"].to_pylist()
+        assert times == sorted(times) and times[0] == START + timedelta(minutes=minute)
+        assert len(set(times)) == 6 and table.num_rows == 6 * SHAPE.rows_per_snapshot
+    keys = ["ts", "node", "topic", "channel"]
+    assert pq.read_table(layout.raw_dir(flushed), columns=keys).sort_by(SERIES_ORDER).equals(
+        pq.read_table(layout.raw_dir(stats_dir), columns=keys).sort_by(SERIES_ORDER))
+
+
 def test_channels_count_every_message_of_their_topic(stats_dir):
     table = pq.read_table(layout.raw_dir(stats_dir))
     topic = series(table, "nsqd-1:4151", "topic-1", "")["message_count"]
@@ -99,6 +115,10 @@ def test_command_line(tmp_path):
     made = run_script("--out", str(tmp_path), "--nodes", "1", "--channels", "2", "--topics", "1", "--hours", "1")
     assert made.returncode == 0, made.stderr
     assert made.stdout.startswith("wrote 1,080 rows in 1 files")
+    flushed = run_script("--out", str(tmp_path / "flushed"), "--nodes", "1", "--channels", "2", "--topics", "1",
+                         "--hours", "1", "--flushes")
+    assert flushed.returncode == 0, flushed.stderr
+    assert flushed.stdout.startswith("wrote 1,080 rows in 60 files")
     appended = run_script("--out", str(tmp_path), "--append-minute")
     assert appended.returncode == 0, appended.stderr
     assert appended.stdout.startswith("appended 18 rows")
