@@ -3,10 +3,10 @@
 Theory of operation. The recorder is a task on nsqadmin's event loop, beside uvicorn, and
 never blocks a page for long: its network waits are asynchronous, and the disk is written
 in a worker thread (raw_writer). A poll of 10 nsqd x 200 channels costs 34 million
-instructions (valgrind) and 5-9 ms of CPU on the shared 2-core test machine
-(bench/bench_recorder.py): decoding the answers (msgspec) is 60% of the instructions,
-packing their rows a third, asking the nsqd 3% of the instructions but 15% of the time
-(the kernel's share).
+instructions (valgrind) and about 2 ms of CPU on the 2-core test machine, plus half a
+millisecond to write its rows (bench/bench_recorder.py): decoding the answers (msgspec) is
+60% of the instructions, packing their rows a third, asking the nsqd 3% of the instructions
+but 15% of the time (the kernel's share).
 
 - Ticks fall on wall-clock multiples of the interval; a poll's ``ts`` is its tick, the same
   for every node. A poll that outlasts the next tick does not queue ticks up: the missed
