@@ -78,7 +78,8 @@ class Topic:
             return
         self.queue.put(headers, bodies)
         self._count(bodies)
-        self._backlog_changed.set()
+        if self._fans_out():  # else the pump has nothing to do until start, a channel or unpause wakes it
+            self._backlog_changed.set()
 
     def _count(self, bodies: list[bytes]) -> None:
         self.message_count += len(bodies)
