@@ -79,6 +79,11 @@ class ProtocolV2:
         if pending is not None:
             await pending
 
+    @property
+    def unanswered(self) -> bool:
+        """Publishes whose OK is held (for an fsync, or behind one that is)."""
+        return bool(self._unanswered)
+
     async def answer_publishes(self) -> None:
         """Send the held OKs, in order, as their fsyncs complete. A failed fsync fails the
         first publish still held with E_<CMD>_FAILED (fatal: the connection closes)."""

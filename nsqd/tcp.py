@@ -150,7 +150,8 @@ class Connection:
                     finally:
                         batch.end()
                     if pending is None:
-                        await self.protocol.answer_publishes()
+                        if self.protocol.unanswered:
+                            await self.protocol.answer_publishes()
                         break
                     await pending
                 except ClientError as err:
