@@ -65,7 +65,8 @@ class Topic:
     def publish(self, bodies: list[bytes], timestamp_ns: int) -> None:
         """Accept new messages; OSError if they could not all be stored."""
         headers = self._new_headers(len(bodies), timestamp_ns)
-        if self._fans_out() and not len(self.queue):
+        fans_out = self._fans_out()
+        if fans_out and not len(self.queue):
             self._count(bodies)
             errors = []
             for channel in list(self.channels.values()):
@@ -78,7 +79,7 @@ class Topic:
             return
         self.queue.put(headers, bodies)
         self._count(bodies)
-        if self._fans_out():  # else the pump has nothing to do until start, a channel or unpause wakes it
+        if fans_out:  # else the pump has nothing to do until start, a channel or unpause wakes it
             self._backlog_changed.set()
 
     def _count(self, bodies: list[bytes]) -> None:
