@@ -151,9 +151,13 @@ class CommandParser:
     def take_buffered(self) -> bytes:
         """Hand back every byte received but not parsed (the connection changes layers)."""
         rest = b"".join([self._buf[self._pos :], *self._pending])
+        self.discard_buffered()
+        return rest
+
+    def discard_buffered(self) -> None:
+        """Drop every byte received but not parsed (the connection has ended)."""
         self._buf, self._pos, self._avail, self._need = b"", 0, 0, 0
         self._pending.clear()
-        return rest
 
     def next_event(self):
         """The next whole command, or NEED_DATA. Raises ClientError on bad input."""

@@ -121,6 +121,9 @@ class Connection:
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
                     await self.stream.aclose()
+            # the buffers go now, whatever reference cycles keep this connection for the collector
+            self.protocol.parser.discard_buffered()
+            client.out = bytearray()
 
     async def _serve(self) -> None:
         async with trio.open_nursery() as nursery:
