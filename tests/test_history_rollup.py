@@ -149,6 +149,24 @@ def test_an_interrupted_compaction_is_finished_without_counting_twice(spark, tmp
     assert rollups(tmp_path, "1h") == before
 
 
+def test_hours_are_merged_side_by_side_and_a_dead_run_leaves_no_merged_file_behind(spark, tmp_path):
+    for ticks in (range(0, 240), range(240, 480), range(480, 720)):  # two files in each of two hours
+        write_raw(tmp_path, traffic(A, 1, ticks))
+        roll_up(spark, tmp_path)
+    before = rollups(tmp_path, "1h")
+    hour_dirs = [layout.raw_partition(tmp_path, utc(T0 + 3600 * hour)) for hour in range(2)]
+    dead = hour_dirs[0] / ".compacted-0123456789abcdef.parquet.999999.tmp"  # a run died while merging
+    dead.write_bytes(b"PAR1")
+    roll_up(spark, tmp_path, now=utc(T0 + 3 * 3600))
+    assert not dead.exists()
+    merged = [layout.visible_files(directory) for directory in hour_dirs]
+    assert [len(files) for files in merged] == [1, 1]
+    assert [pq.read_table(files[0]).num_rows for files in merged] == [360, 360]
+    assert load_state(tmp_path).seen == {str(files[0].relative_to(layout.raw_dir(tmp_path))) for files in merged}
+    assert [path for path in layout.raw_dir(tmp_path).rglob("*") if path.name.startswith(".")] == []
+    assert rollups(tmp_path, "1h") == before
+
+
 def test_retention_deletes_old_raw_hours_and_rollups(spark, tmp_path):
     write_raw(tmp_path, traffic(A, 1, range(12)))
     roll_up(spark, tmp_path)

@@ -8,18 +8,23 @@ snapshots reads only the row groups whose ``ts`` statistics overlap it, and the 
 full day by series and time finds the rows of each series in runs. No crash
 may let a row be read twice or be lost, so the merge goes in steps, each safe to stop after:
 
-1. record ``{"dir", "file", "replaces"}`` as the state's ``compacting`` (no new file exists yet);
-2. write the merged rows under ``file``'s hidden twin (invisible to readers and to the job);
-3. publish it as ``file``: from here on the merged file holds the hour's rows;
+1. write the merged rows under ``file``'s hidden twin (invisible to readers and to the job);
+2. record ``{"dir", "file", "replaces"}`` as the state's ``compacting``;
+3. publish the twin as ``file``: from here on the merged file holds the hour's rows;
 4. delete the replaced files;
 5. in ``seen``, put ``file`` in place of the replaced names, and clear ``compacting``.
 
-Every run starts with :func:`recover`: with ``compacting`` set, it finishes steps 4-5 if
-``file`` is visible, and otherwise rolls back by deleting the hidden twin, keeping the old files.
+Every run starts with :func:`recover`, under the job's lock: with ``compacting`` set, it
+finishes steps 4-5 if ``file`` is visible, and otherwise rolls back, keeping the old files;
+either way every hidden twin of a merged file left is deleted, as only a run that died leaves
+one. Step 1 is the costly one (reading, sorting and writing an hour), and it needs no record,
+so a first run over a day of recorder files merges two hours at a time in threads (pyarrow
+works without the GIL) while the hours before them go through steps 2-5 one by one.
 """
 
 import os
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -33,21 +38,21 @@ from .rollup_state import RollupState, raw_hour, save_state
 CLOSED_AFTER = timedelta(minutes=10)
 SERIES_ORDER = [("node", "ascending"), ("topic", "ascending"), ("channel", "ascending"), ("ts", "ascending")]
 ROW_GROUP_MINUTES = 5
+MERGING_THREADS = 2
+TWIN_GLOB = "date=*/hour=*/.compacted-*.parquet.*.tmp"
 
 
 def recover(stats_dir: Path, state: RollupState) -> None:
     """Finish or roll back a compaction that an earlier run did not complete."""
     record = state.compacting
-    if record is None:
-        return
-    directory = layout.raw_dir(stats_dir) / record["dir"]
-    if (directory / record["file"]).exists():
-        _replace(stats_dir, state, record)
-        return
-    for twin in directory.glob(f".{record['file']}.*.tmp"):
+    if record is not None:
+        if (layout.raw_dir(stats_dir) / record["dir"] / record["file"]).exists():
+            _replace(stats_dir, state, record)
+        else:
+            state.compacting = None
+            save_state(stats_dir, state)
+    for twin in layout.raw_dir(stats_dir).glob(TWIN_GLOB):
         twin.unlink()
-    state.compacting = None
-    save_state(stats_dir, state)
 
 
 def compact_closed_hours(stats_dir: Path, state: RollupState, now: datetime) -> int:
@@ -56,12 +61,21 @@ def compact_closed_hours(stats_dir: Path, state: RollupState, now: datetime) -> 
     for relative in sorted(state.seen):
         directory, _, name = relative.rpartition("/")
         by_dir.setdefault(directory, []).append(name)
-    merged = 0
-    for directory, names in sorted(by_dir.items()):
-        if _closed(directory, now) and len(names) > 1 and _all_seen(stats_dir, directory, names):
-            _compact(stats_dir, state, directory, names)
-            merged += 1
-    return merged
+    hours = [(directory, names) for directory, names in sorted(by_dir.items())
+             if _closed(directory, now) and len(names) > 1 and _all_seen(stats_dir, directory, names)]
+    with ThreadPoolExecutor(MERGING_THREADS, thread_name_prefix="compaction") as pool:
+        merges = [pool.submit(_merge, stats_dir, directory, names) for directory, names in hours]
+        try:
+            for merge in merges:
+                record, twin = merge.result()
+                state.compacting = record
+                save_state(stats_dir, state)
+                layout.publish(twin, layout.raw_dir(stats_dir) / record["dir"] / record["file"])
+                _replace(stats_dir, state, record)
+        finally:
+            for merge in merges:
+                merge.cancel()
+    return len(hours)
 
 
 def _closed(directory: str, now: datetime) -> bool:
@@ -74,17 +88,14 @@ def _all_seen(stats_dir: Path, directory: str, names: list[str]) -> bool:
     return sorted(path.name for path in visible) == sorted(names)
 
 
-def _compact(stats_dir: Path, state: RollupState, directory: str, names: list[str]) -> None:
+def _merge(stats_dir: Path, directory: str, names: list[str]) -> tuple[dict, Path]:
+    """Step 1: an hour's files merged into a hidden twin; the record of steps 2-5 and the twin."""
     record = {"dir": directory, "file": f"compacted-{uuid.uuid4().hex[:16]}.parquet", "replaces": names}
-    state.compacting = record
-    save_state(stats_dir, state)
     hour_dir = layout.raw_dir(stats_dir) / directory
     tables = [pq.read_table(hour_dir / name, schema=layout.RAW_SCHEMA) for name in names]
-    final = hour_dir / record["file"]
-    twin = layout.hidden_twin(final)
+    twin = layout.hidden_twin(hour_dir / record["file"])
     write_compacted(pa.concat_tables(tables), twin)
-    layout.publish(twin, final)
-    _replace(stats_dir, state, record)
+    return record, twin
 
 
 def write_compacted(table: pa.Table, path: Path) -> None:
