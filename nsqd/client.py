@@ -112,7 +112,6 @@ class Client:
                 raise _bad_identify(f"msg timeout ({msg_timeout}) is invalid")
             self.msg_timeout = msg_timeout / 1000
         self.identified = True
-        self._wake_writer()  # it takes the new heartbeat interval (and read deadline)
 
     @property
     def authed(self) -> bool:

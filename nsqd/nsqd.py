@@ -32,6 +32,7 @@ from .http_api import HTTPAPI, tls_required_handler
 from .lookup import Lookup
 from .message_ttl import MessageTTL
 from .options import TLS_REQUIRED
+from .heartbeats import Heartbeats
 from .output_batch import OutputBatch
 from .screen import screen_for
 from .stats import GCPauses
@@ -53,6 +54,7 @@ class NSQD:
         self.topics: dict[str, Topic] = {}
         self.connections: set[Connection] = set()
         self.output_batch = OutputBatch()
+        self.heartbeats = Heartbeats(self.output_batch)
         self.start_time = int(time.time())
         self.hostname = socket.gethostname()
         self.tcp_port = 0
@@ -98,6 +100,7 @@ class NSQD:
                 nursery.start_soon(self._sync_loop)
                 nursery.start_soon(self._queue_meta_loop)
                 nursery.start_soon(self._metadata_loop)
+                nursery.start_soon(self.heartbeats.run)
                 nursery.start_soon(self.message_ttl.run)
                 if self.opts.statsd_address:
                     nursery.start_soon(statsd.run, self)

@@ -49,11 +49,13 @@ def limits_from(opts) -> Limits:
 class ProtocolV2:
     """Executes one client's commands against the daemon's topics and channels."""
 
-    def __init__(self, nsqd, client, upgrade):
-        """``upgrade(tls, codec)``: the connection's coroutine that changes its layers."""
+    def __init__(self, nsqd, client, upgrade, identified):
+        """``upgrade(tls, codec)``: the connection's coroutine that changes its layers;
+        ``identified()``: told after an IDENTIFY has been applied."""
         self.nsqd = nsqd
         self.client = client
         self.upgrade = upgrade
+        self.identified = identified
         self.parser = CommandParser(limits_from(nsqd.opts), tls_required=nsqd.opts.tls_required != TLS_NOT_REQUIRED,
                                     fin_runs=True)
         self._unanswered: deque = deque()  # (command name, SyncRound or None) of publishes not yet answered
@@ -111,6 +113,7 @@ class ProtocolV2:
     def identify(self, command: Identify):
         client, data = self.client, command.data
         client.identify(data)
+        self.identified()
         if not data["feature_negotiation"]:
             client.send_response(OK)
             return None

@@ -14,7 +14,8 @@ non-blocking read, waiting for readability only when there is nothing), which wi
 batching cuts what a lone PUB costs nsqd to a third; every receive still yields to the
 other tasks (reading first, then yielding, also lets a quick client's next command arrive).
 The read deadline (2 x heartbeat interval, nsqd's) runs from when a read starts waiting,
-as nsqd sets it before each read; the writer task enforces it.
+as nsqd sets it before each read; nsqd's one heartbeat task (nsqd/heartbeats.py) sends the
+heartbeats and enforces the deadline for every connection.
 
 Layers: ``stream`` starts as the socket. IDENTIFY may put TLS (trio.SSLStream) and then
 one compression (:class:`CompressedStream`) on top. The writer makes the change, since
@@ -91,12 +92,14 @@ class Connection:
         self.stream = stream
         self.client = Client(client_id, nsqd.opts, remote_address)
         self.client.output_ready = self._output_ready
-        self.protocol = ProtocolV2(nsqd, self.client, self.upgrade)
+        self.protocol = ProtocolV2(nsqd, self.client, self.upgrade, self._identified)
         self.noted = False  # in nsqd's output batch
         # the socket's descriptor while it is a plain socket (no TLS, no codec), for direct reads and writes
         self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else None
         self._sending = False  # the writer is in the middle of a send
-        self._read_since = trio.current_time()  # when the current read began waiting (inf: not reading)
+        self.read_since = trio.current_time()  # when the current read began waiting (inf: not reading)
+        self.visit = None  # this connection's entry in nsqd's heartbeats
+        self.heartbeat_due = math.inf
         self._upgrade_request = None
         self._upgraded = trio.Event()
         self._drained = trio.Event()
@@ -107,14 +110,24 @@ class Connection:
         """Disconnect this client now (its channel was deleted, or nsqd is stopping)."""
         self._scope.cancel()
 
+    def end(self) -> None:
+        """Disconnect this client once what it has been sent is flushed (it went silent)."""
+        self._closing = True
+        self.client.output_changed.set()
+
+    def _identified(self) -> None:
+        self.nsqd.heartbeats.watch(self)  # IDENTIFY may have changed the interval
+
     async def run(self) -> None:
         client = self.client
+        self.nsqd.heartbeats.watch(self)
         try:
             with self._scope:
                 await self._serve()
         except* DISCONNECTED as group:
             log.debug("client %s: connection ended: %r", client.remote_address, group.exceptions[0])
         finally:
+            self.nsqd.heartbeats.forget(self)
             self._fd = None
             if client.channel is not None:
                 client.channel.remove_client(client)
@@ -166,7 +179,7 @@ class Connection:
 
     async def _receive(self) -> bytes:
         """The next bytes from the client (b"" once it has closed)."""
-        self._read_since = trio.current_time()
+        self.read_since = trio.current_time()
         try:
             if self._fd is None:
                 return await self.stream.receive_some(RECEIVE_SIZE)
@@ -182,7 +195,7 @@ class Connection:
             await trio.lowlevel.checkpoint()  # data was there at once: let the other tasks run too
             return data
         finally:
-            self._read_since = math.inf
+            self.read_since = math.inf
 
     async def _refuse(self, err: ClientError) -> bool:
         """Send the error (after the publishes it followed); True if it closes the connection."""
@@ -279,11 +292,8 @@ class Connection:
         self._drained.set()
 
     async def _write_loop(self) -> None:
-        """Send output by the flush policy and heartbeats, end a client silent past its read
-        deadline; return once closing and flushed."""
+        """Send output by the flush policy; return once closing and flushed."""
         client = self.client
-        interval = client.heartbeat_interval
-        next_heartbeat = trio.current_time() + interval
         while True:
             client.output_changed = trio.Event()
             if self._upgrade_request is not None:
@@ -292,27 +302,16 @@ class Connection:
                 with trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
                     await self._flush()
                 return
-            now = trio.current_time()
-            if interval != client.heartbeat_interval:  # changed by IDENTIFY
-                interval = client.heartbeat_interval
-                next_heartbeat = now + interval
-            read_deadline = self._read_since + 2 * interval if interval > 0 else math.inf
-            if now >= read_deadline:
-                log.info("client %s: no data for %ss, closing", client.remote_address, 2 * interval)
-                self._closing = True
+            if not client.out:
+                await client.output_changed.wait()
                 continue
-            if interval > 0 and now >= next_heartbeat:
-                client.send_heartbeat()
-                next_heartbeat = now + interval
-            if client.out and (client.flush_now or now >= client.first_buffered_at + client.output_buffer_timeout):
+            flush_at = client.first_buffered_at + client.output_buffer_timeout
+            if client.flush_now or trio.current_time() >= flush_at:
                 # a client that does not read for a heartbeat interval is gone (nsqd's write deadline)
-                with trio.fail_after(interval or float("inf")):
+                with trio.fail_after(client.heartbeat_interval or math.inf):
                     await self._flush()
                 continue
-            wake_at = min(next_heartbeat, read_deadline) if interval > 0 else math.inf
-            if client.out:
-                wake_at = min(wake_at, client.first_buffered_at + client.output_buffer_timeout)
-            with trio.move_on_at(wake_at):
+            with trio.move_on_at(flush_at):
                 await client.output_changed.wait()
 
     async def _timeout_loop(self) -> None:

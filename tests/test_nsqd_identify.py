@@ -204,6 +204,34 @@ async def test_heartbeats_arrive_at_negotiated_interval(nsqd):
     assert await client.read_response() == b"OK"
 
 
+async def test_clients_on_different_intervals_each_get_their_own(nsqd):
+    """One task keeps every connection's heartbeats: a short interval is not held up by a
+    long one, a client that leaves takes nothing with it, the others go on."""
+    async def heartbeat_gaps(interval_ms: int, count: int) -> list[float]:
+        client = await RawClient.connect(nsqd.tcp_port)
+        assert await client.identify(heartbeat_interval=interval_ms) == b"OK"
+        start, arrivals = trio.current_time(), []
+        while len(arrivals) < count:
+            assert await read_any_frame(client, timeout=interval_ms / 1000 + 0.5) == Frame(
+                FRAME_TYPE_RESPONSE, b"_heartbeat_")
+            arrivals.append(trio.current_time() - start)
+            await client.send(b"NOP\n")
+        await client.close()
+        return [later - earlier for earlier, later in zip([0.0, *arrivals], arrivals)]
+
+    gaps = {}
+
+    async def collect(interval_ms: int, count: int) -> None:
+        gaps[interval_ms] = await heartbeat_gaps(interval_ms, count)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(collect, 2000, 2)
+        nursery.start_soon(collect, 1000, 1)  # leaves after its first heartbeat
+        nursery.start_soon(collect, 1500, 2)
+    for interval_ms, measured in gaps.items():
+        assert all(interval_ms / 1000 - 0.1 <= gap <= interval_ms / 1000 + 0.2 for gap in measured), gaps
+
+
 async def test_heartbeats_keep_coming_while_subscribed(nsqd):
     client = await RawClient.connect(nsqd.tcp_port)
     assert await client.identify(heartbeat_interval=1000) == b"OK"
