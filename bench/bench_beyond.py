@@ -9,6 +9,11 @@ http-auth: POST /pub over 4 keep-alive connections for --runfor, each request wi
 msg-ttl:   --count 200-byte messages queued in a channel, then drained by bench_reader (RDY 2500,
            FIN each), without and with --msg-ttl=1h (every message checked, none expired).
 dead-letter: the same drain without and with --max-attempts=100 (every message checked, none moved).
+write-through: the same drain with --mem-queue-size=0 (every message through the disk queue), without
+           and with --persist-deferred (each delivery also recorded in the in-flight file).
+deferred:  --count DPUBs of 1 ms, pipelined on one connection, then drained as above, with
+           --mem-queue-size=0, without and with --persist-deferred (each deferral and each release
+           written to the channel's deferred file); the cost is per message, all of it included.
 Runs alternate off and on with a fresh nsqd each, so both see the same load on this shared
 machine; prints the medians of nsqd's CPU time per message and the rates. With --callgrind,
 nsqd runs under valgrind and the figure is its instructions per message in the measured phase
@@ -33,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from bench.go_tools import start_tool  # noqa: E402
 from bench.nsq_socket import BenchConnection  # noqa: E402
 from bench.nsqd_process import cpu_seconds, free_port, start_nsqd  # noqa: E402
-from common.commands import Mpub  # noqa: E402
+from common.commands import Dpub, Mpub  # noqa: E402
 
 GRANT_EVERYTHING = json.dumps({"ttl": 3600, "identity": "bench", "authorizations": [
     {"permissions": ["subscribe", "publish"], "topic": ".*", "channels": [".*"]}]}).encode()
@@ -108,19 +113,47 @@ def http_pub(meter: Meter, flags: list[str], args) -> tuple[float, float]:
 
 def consume(meter: Meter, flags: list[str], args) -> tuple[float, float]:
     """(messages/s, nsqd's cost per message) draining --count queued messages."""
-    proc, address = meter.start([f"--mem-queue-size={args.count + BATCH}", *flags])
+    return _drain(meter, flags, args, _fill)
+
+
+def deferred(meter: Meter, flags: list[str], args) -> tuple[float, float]:
+    """(messages/s, nsqd's cost per message) of --count DPUBs of 1 ms, drained."""
+    return _drain(meter, flags, args, _defer, measure_filling=True)
+
+
+def _fill(producer: BenchConnection, count: int) -> None:
+    batch = Mpub("sub_bench", [b"a" * SIZE] * BATCH).to_bytes()
+    for _ in range(count // BATCH):
+        producer.send(batch)
+        producer.read_response()
+
+
+def _defer(producer: BenchConnection, count: int) -> None:
+    """BATCH DPUBs at a time, pipelined; each batch's answers counted before the next."""
+    command = Dpub("sub_bench", 1, b"a" * SIZE).to_bytes()
+    for _ in range(count // BATCH):
+        producer.send(command * BATCH)
+        answered = 0
+        while answered < BATCH:
+            answered += sum(frame.data == b"OK" for frame in producer.read_frames())
+
+
+def _drain(meter: Meter, flags: list[str], args, fill, measure_filling: bool = False) -> tuple[float, float]:
+    memory = [] if any(flag.startswith("--mem-queue-size") for flag in flags) else [
+        f"--mem-queue-size={args.count + BATCH}"]
+    proc, address = meter.start([*memory, *flags])
     try:
         producer = BenchConnection(address)
         producer.send(b"SUB sub_bench ch\n")  # the channel exists before the messages
         producer.read_response()
         producer.close()
+        began = meter.begin(proc) if measure_filling else 0.0
         producer = BenchConnection(address)
-        batch = Mpub("sub_bench", [b"a" * SIZE] * BATCH).to_bytes()
-        for _ in range(args.count // BATCH):
-            producer.send(batch)
-            producer.read_response()
+        producer.sock.settimeout(600)  # a stuck nsqd fails the run instead of hanging it
+        fill(producer, args.count)
         producer.close()
-        began = meter.begin(proc)
+        if not measure_filling:
+            began = meter.begin(proc)
         out = start_tool("bench_reader.py", f"--nsqd-tcp-address={address}", "--runfor=600s",
                          f"--count={args.count}").communicate()[0]
         cost = meter.end(proc, began)
@@ -136,6 +169,8 @@ def features(auth_address: str) -> dict:
         "http-auth": (http_pub, [auth], [auth, "--http-auth-required"], "req"),
         "msg-ttl": (consume, [], ["--msg-ttl=1h"], "msg"),
         "dead-letter": (consume, [], ["--max-attempts=100"], "msg"),
+        "write-through": (consume, ["--mem-queue-size=0"], ["--mem-queue-size=0", "--persist-deferred"], "msg"),
+        "deferred": (deferred, ["--mem-queue-size=0"], ["--mem-queue-size=0", "--persist-deferred"], "msg"),
     }
 
 
@@ -144,7 +179,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--runfor", default="5s")
     parser.add_argument("--count", type=int, default=100_000)
-    parser.add_argument("--features", default="http-auth,msg-ttl,dead-letter")
+    parser.add_argument("--features", default="http-auth,msg-ttl,dead-letter,write-through,deferred")
     parser.add_argument("--callgrind", action="store_true", help="count nsqd's instructions (valgrind), one run each")
     parser.add_argument("--base-root", type=Path, help="also run the 'off' flags on this checkout's nsqd")
     args = parser.parse_args()

@@ -45,6 +45,7 @@ class Channel:
         self._deferred_order = itertools.count()
         self._deferred_changed = trio.Event()
         self.screen = None  # beyond NSQ: the checks before a delivery (nsqd/screen.py), set by nsqd
+        self.journal = None  # beyond NSQ: --persist-deferred's write-through files (nsqd/deferred_store.py)
         opts = topic.nsqd.opts
         percentiles = opts.e2e_processing_latency_percentile
         # FIN records into it (nsqd/client.py) only when percentiles are configured, as in NSQ
@@ -163,6 +164,16 @@ class Channel:
         heapq.heappush(self._deferred, (deadline, next(self._deferred_order), header, body))
         if self._deferred[0][0] == deadline:
             self._deferred_changed.set()
+        if self.journal is not None:
+            self.journal.deferred(header, body, delay)
+
+    def deferred_items(self) -> list[tuple[float, bytes, bytes]]:
+        """(deadline, header, body) of every deferred message, soonest first."""
+        return [(deadline, header, body) for deadline, _, header, body in sorted(self._deferred)]
+
+    def take_deferred(self) -> None:
+        """Forget the deferred messages (nsqd is stopping and wrote them elsewhere)."""
+        self._deferred.clear()
 
     async def run_deferred(self) -> None:
         """Move deferred messages into the channel when they are due."""
@@ -178,6 +189,10 @@ class Channel:
         while heap and heap[0][0] <= now:
             _, _, header, body = heapq.heappop(heap)
             self.requeue(header, body)
+            if self.journal is not None:
+                self.journal.released(header)
+        if self.journal is not None:
+            self.journal.release_done()
 
     def pause(self) -> None:
         self.paused = True

@@ -165,8 +165,7 @@ class Client:
             self.timeouts_changed.set()
         was_empty = not out
         sample_rate, screen = self.sample_rate, self.channel.screen
-        if screen is not None:
-            screen = screen()  # this batch's checks (beyond NSQ: nsqd/screen.py)
+        check = screen.begin() if screen is not None else None  # beyond NSQ: nsqd/screen.py
         frames: list[bytes] = []
         add, pack = frames.append, _MESSAGE_HEAD.pack
         index = start
@@ -175,13 +174,15 @@ class Client:
             index += 1
             if sample_rate and random.randrange(100) > sample_rate:
                 continue
-            if screen is not None and screen(header, body):
+            if check is not None and check(header, body):
                 continue  # taken by a feature beyond NSQ instead
             attempts = ((header[8] << 8) | header[9]) + 1
             msg_id = header[10:HEADER_LENGTH]
             in_flight[msg_id] = InFlight(msg_id, header, body, attempts, deadline, now)
             add(pack(len(body) + _MESSAGE_OVERHEAD, FRAME_TYPE_MESSAGE, header, attempts & 0xFFFF, msg_id))
             add(body)
+        if screen is not None:
+            screen.end()
         self.message_count += len(frames) // 2
         out += b"".join(frames)
         if was_empty and out:

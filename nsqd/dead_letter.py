@@ -36,6 +36,8 @@ from common.goflags import FlagError
 from common.message import HEADER_LENGTH
 from common.names import MAX_NAME_LENGTH, is_valid_name
 
+from .screen import Part
+
 log = logging.getLogger("nsqd")
 
 METADATA_KEY = "max_attempts"
@@ -115,8 +117,8 @@ class DeadLetters:
         return {"max_attempts": limit, "dead_letter_topic": self.topic_name(channel.topic.name),
                 "dead_letter_count": self.counts.get(channel, 0)}
 
-    def check_for(self, channel):
-        """The screen factory of ``channel`` (nsqd/screen.py), or None without a limit."""
+    def check_for(self, channel) -> Part | None:
+        """The screen part of ``channel`` (nsqd/screen.py), or None without a limit."""
         limit = self.limit(channel)
         if not limit:
             return None
@@ -126,7 +128,7 @@ class DeadLetters:
                 return False
             return self._divert(channel, header, body)
 
-        return lambda: exhausted
+        return Part(lambda: exhausted)
 
     def _divert(self, channel, header: bytes, body: bytes) -> bool:
         """Publish the message to the dead-letter topic; False (deliver it) if it cannot go there."""

@@ -110,6 +110,10 @@ class DiskQueue:
         self._read_end = 0  # where the file being read ends (its size, or write_pos)
         self.meta_lock = threading.Lock()
         self.generation = 0  # bumped by empty(), under meta_lock
+        # Beyond NSQ (--persist-deferred with --mem-queue-size=0): a file read to its end is
+        # removed only at the next read or sync, once what was read from it is recorded elsewhere.
+        self.keep_read_files = False
+        self._read_files_done: list[str] = []
         self._load_metadata()
 
     # -- naming ------------------------------------------------------------------
@@ -163,6 +167,8 @@ class DiskQueue:
 
     def prepare_sync(self) -> SyncJob:
         """A snapshot to sync, safe to run in another thread while this queue goes on."""
+        if self._read_files_done:
+            self._remove_read_files()
         self.writes_since_sync = 0
         fds, self._unsynced_fds = self._unsynced_fds, []
         if self._write_fd is not None:
@@ -249,6 +255,8 @@ class DiskQueue:
 
     def read(self, max_count: int) -> list[bytes]:
         """Take up to ``max_count`` records off the front (they leave the queue)."""
+        if self._read_files_done:
+            self._remove_read_files()
         out: list[bytes] = []
         while len(out) < max_count and self.has_data():
             if self._read_fd is not None and self._take_buffered(out, max_count):
@@ -357,15 +365,23 @@ class DiskQueue:
         self._read_buf, self._read_buf_pos = b"", 0
 
     def _finish_read_file(self) -> None:
-        """The read file is done: delete it and move on."""
+        """The read file is done: delete it (with ``keep_read_files``, at the next read or
+        sync) and move on."""
         self._close_read_file()
         finished = self.file_name(self.read_file_num)
         self.read_file_num += 1
         self.read_pos = 0
-        try:
-            os.remove(finished)
-        except OSError as exc:
-            log.error("DISKQUEUE(%s) failed to Remove(%s) - %s", self.name, finished, exc)
+        self._read_files_done.append(finished)
+        if not self.keep_read_files:
+            self._remove_read_files()
+
+    def _remove_read_files(self) -> None:
+        for finished in self._read_files_done:
+            try:
+                os.remove(finished)
+            except OSError as exc:
+                log.error("DISKQUEUE(%s) failed to Remove(%s) - %s", self.name, finished, exc)
+        self._read_files_done.clear()
 
     def _skip_bad_file(self) -> None:
         self._close_read_file()
@@ -407,6 +423,7 @@ class DiskQueue:
         self._close_read_file()
         self._close_write_file()
         self._drop_unsynced()
+        self._remove_read_files()
         for number in range(self.read_file_num, self.write_file_num + 1):
             try:
                 os.remove(self.file_name(number))

@@ -247,6 +247,7 @@ class HTTPAPI:
     def topic_empty(self, request: Request) -> Response:
         topic = self._existing_topic(self._topic_arg(parse_query(request.query), validate=True))
         topic.empty()
+        self.nsqd.deferred_store.emptied(topic)
         return v1_ok()
 
     def topic_pause(self, request: Request) -> Response:
@@ -280,7 +281,9 @@ class HTTPAPI:
 
     def channel_empty(self, request: Request) -> Response:
         topic, channel_name = self._topic_and_channel(request)
-        self._existing_channel(topic, channel_name).empty()
+        channel = self._existing_channel(topic, channel_name)
+        channel.empty()
+        self.nsqd.deferred_store.emptied(channel)
         return v1_ok()
 
     def channel_pause(self, request: Request) -> Response:

@@ -35,6 +35,8 @@ import trio
 
 from common.goflags import FlagError, parse_duration_ns
 
+from .screen import Part
+
 log = logging.getLogger("nsqd")
 
 SWEEP_INTERVAL = 1.0
@@ -110,9 +112,9 @@ class MessageTTL:
     def channel_stats(self, channel) -> dict:
         return {"expired_count": self.expired.get(channel, 0)} if self._shown(channel.topic) else {}
 
-    def check_for(self, channel):
-        """The screen factory of ``channel`` (nsqd/screen.py), or None when its topic has no
-        TTL: each batch's ``check(header, body) -> True`` if the message is expired (counted)."""
+    def check_for(self, channel) -> Part | None:
+        """The screen part of ``channel`` (nsqd/screen.py), or None when its topic has no TTL:
+        each batch's ``check(header, body) -> True`` if the message is expired (counted)."""
         ttl_ns = self.ttl_ns(channel.topic)
         if not ttl_ns:
             return None
@@ -129,7 +131,7 @@ class MessageTTL:
 
             return is_expired
 
-        return batch_check
+        return Part(batch_check)
 
     async def run(self) -> None:
         """Sweep the queues of every topic with a TTL, every SWEEP_INTERVAL."""

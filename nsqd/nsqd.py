@@ -24,6 +24,7 @@ from serving.listeners import bound_port, format_address, open_listeners, remote
 from . import metadata, statsd
 from .diskqueue import DiskQueue, SyncJob
 from .dead_letter import DeadLetters
+from .deferred_store import DeferredStore
 from .dirlock import DirLock
 from .auth import AuthServers
 from .group_commit import GroupCommit
@@ -84,6 +85,7 @@ class NSQD:
         self.lookup = Lookup(self)
         self.message_ttl = MessageTTL(self)
         self.dead_letters = DeadLetters(self)
+        self.deferred_store = DeferredStore(self)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -102,6 +104,8 @@ class NSQD:
                 nursery.start_soon(self._metadata_loop)
                 nursery.start_soon(self.heartbeats.run)
                 nursery.start_soon(self.message_ttl.run)
+                if self.deferred_store.write_through:
+                    nursery.start_soon(self.deferred_store.run)
                 if self.opts.statsd_address:
                     nursery.start_soon(statsd.run, self)
                 task_status.started(self)
@@ -150,7 +154,9 @@ class NSQD:
         self.save_metadata()
         log.info("NSQ: closing topics")
         for topic in self.topics.values():
+            self.deferred_store.close_topic(topic)
             topic.close()
+            self.deferred_store.closed_topic(topic)
 
     async def _serve_connection(self, stream) -> None:
         remote = remote_address(stream)
@@ -220,6 +226,7 @@ class NSQD:
         if topic is None:
             topic = Topic(name, self)
             self.topics[name] = topic
+            self.deferred_store.topic_created(topic)
             self._start_task(topic, topic.run_pump)
             log.info("TOPIC(%s): created", name)
             self.lookup.notify(Register(name))
@@ -237,6 +244,7 @@ class NSQD:
         self._stop_task(topic)
         topic.delete()
         self.message_ttl.forget_topic(topic)
+        self.deferred_store.deleted(topic)
         self.lookup.notify(Unregister(name))
         log.info("TOPIC(%s): deleted", name)
         if not topic.ephemeral:
@@ -244,6 +252,7 @@ class NSQD:
         return True
 
     def channel_created(self, channel) -> None:
+        self.deferred_store.channel_created(channel)
         self.refresh_screen(channel)
         self._start_task(channel, channel.run_deferred)
         self.lookup.notify(Register(channel.topic.name, channel.name))
@@ -256,6 +265,7 @@ class NSQD:
         self._stop_task(channel)
         self.message_ttl.forget_channel(channel)
         self.dead_letters.forget_channel(channel)
+        self.deferred_store.deleted(channel)
         self.lookup.notify(Unregister(channel.topic.name, channel.name))
         for conn in list(self.connections):
             if conn.client.channel is channel:
@@ -314,6 +324,7 @@ class NSQD:
     def open_diskqueue(self, name: str) -> DiskQueue:
         queue = DiskQueue(name, self.data_path, self.opts.max_bytes_per_file,
                           MIN_MESSAGE_LENGTH, self.opts.max_msg_size + MIN_MESSAGE_LENGTH)
+        queue.keep_read_files = self.deferred_store.write_through
         self._diskqueues.add(queue)
         return queue
 

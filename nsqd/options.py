@@ -56,6 +56,7 @@ FLAGS = [
     Flag("msg-ttl", "duration", 0.0, "drop messages older than this before delivery, for every topic without a TTL of its own (POST /topic/ttl); 0 = never"),
     Flag("max-attempts", "int", 0, "move a message delivered this many times on a durable channel to its topic's dead-letter topic instead of delivering it again, for every channel without a limit of its own (POST /channel/max_attempts); 0 = never"),
     Flag("dead-letter-topic", "str", "%s.dead", "name of a topic's dead-letter topic, %s for the topic's name"),
+    Flag("persist-deferred", "bool", False, "keep deferred messages with their due time in files beside the disk queues, so they keep their delay across restarts (with --mem-queue-size=0 also while running, with messages in flight)"),
     # TLS, compression and AUTH (checked and converted in _validate_security)
     Flag("https-address", "str", "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients"),
     Flag("auth-http-address", "list", [], "<addr>:<port> or a full url to query auth server (may be given multiple times)", cfg_key="auth_http_addresses"),

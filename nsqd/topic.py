@@ -38,6 +38,7 @@ class Topic:
         self.message_bytes = 0
         self.queue = MessageQueue(name, nsqd, self.ephemeral)
         self._held_deferred: list[tuple[float, bytes, bytes]] = []  # (delay s, header, body)
+        self.held_log = None  # beyond NSQ: --persist-deferred's write-through file (nsqd/deferred_store.py)
         self._backlog_changed = trio.Event()
 
     def __repr__(self) -> str:
@@ -91,6 +92,8 @@ class Topic:
         self._count([body])
         if not self._fans_out():
             self._held_deferred.append((delay, header, body))
+            if self.held_log is not None:
+                self.held_log.held(header, body, delay)
             return
         for channel in list(self.channels.values()):
             channel.message_count += 1
@@ -117,6 +120,21 @@ class Topic:
                 channel.put_many(headers, bodies)
             except OSError as exc:
                 log.error("TOPIC(%s): channel %s kept messages in memory: %s", self.name, channel.name, exc)
+        if self.held_log is not None and deferred:
+            self.held_log.passed_on([header for _, header, _ in deferred])
+
+    def held_deferred_items(self) -> list[tuple[float, bytes, bytes]]:
+        """(delay, header, body) of the deferred messages held for the first channel."""
+        return list(self._held_deferred)
+
+    def take_held(self) -> None:
+        """Forget the held deferred messages (nsqd is stopping and wrote them elsewhere)."""
+        self._held_deferred.clear()
+
+    def hold_deferred(self, items: list[tuple[float, bytes, bytes]]) -> None:
+        """Hold deferred messages read back at the start (nsqd/deferred_store.py)."""
+        self._held_deferred += items
+        self._backlog_changed.set()
 
     def get_channel(self, name: str) -> Channel:
         channel = self.channels.get(name)

@@ -76,6 +76,7 @@ BEYOND_NSQ_DEFAULTS = {
     "msg_ttl": 0.0,
     "max_attempts": 0,
     "dead_letter_topic": "%s.dead",
+    "persist_deferred": False,
 }
 
 

@@ -1,0 +1,284 @@
+"""Deferred messages that keep their delay across restarts (beyond NSQ: --persist-deferred).
+
+NSQ keeps deferred messages (DPUB, REQ with a delay) in memory; a graceful stop writes them
+into the disk queue, which has no room for a due time, so after a restart they are delivered
+at once (nsqio/nsq#1107, #674, #1432), and with --mem-queue-size=0 a deferral that reaches
+the disk loses its delay even without a restart (#1375). NSQ's maintainers would fix it only
+with a new disk format. Here go-diskqueue's files stay as they are: each queue's deferred
+messages go in a file of their own beside them (nsqd/held_file.py), which NSQ ignores.
+
+* With the flag, a graceful stop writes every channel's deferred messages with their due
+  time to ``<topic>:<channel>.deferred.dat`` (and what a topic without channels holds, with
+  its delay, to ``<topic>.deferred.dat``) instead of into the disk queue; a start reads them
+  back and delivers each when due (at once if its time has passed). The file stays until the
+  next stop rewrites it, so a crash after a restart loses none of them (some may come twice).
+* With the flag and --mem-queue-size=0 ("write-through"), those files are kept current while
+  nsqd runs, and ``<topic>:<channel>.inflight.dat`` too: a deferral is written (write(2))
+  before it is acknowledged (DPUB's OK; REQ has no answer), a delivery's record in the same
+  batch of deliveries, before the delivery's PUB is answered or the disk queue drops the
+  file it was read from (finished read files are removed at the next read, not at once);
+  a deferral's end and the in-flight file's garbage are tidied every --sync-timeout. So a
+  kill -9 loses no acknowledged message: at the start, deferred messages come back with
+  their due time and messages that were in flight are queued again, with their attempts.
+  Messages finished since the last tidying may come back too, as messages read from a disk
+  queue since its last sync do.
+* Without the flag, files left by an earlier run are still read at the start (nothing is
+  ever lost by turning it off) and removed once the graceful stop has written their messages
+  into the disk queues, NSQ's way: to hand a data directory back to NSQ v1.3, stop once
+  without the flag.
+
+Ephemeral topics and channels keep nothing on disk, with or without the flag.
+"""
+
+import logging
+import os
+import time
+
+import trio
+
+from common.message import with_attempts
+
+from .held_file import DEFERRED, HELD, IN_FLIGHT, RECORD, HeldFile, gone, record
+from .screen import Part
+
+log = logging.getLogger("nsqd")
+
+DEFERRED_SUFFIX = ".deferred.dat"
+IN_FLIGHT_SUFFIX = ".inflight.dat"
+TIDY_SLACK = 10_000  # records of a deferred file beyond twice the live ones before it is rewritten
+
+
+class ChannelLog:
+    """A write-through channel's files: its deferred messages and its messages in flight."""
+
+    def __init__(self, nsqd, channel, deferred: HeldFile, in_flight: HeldFile):
+        self.nsqd = nsqd
+        self.channel = channel
+        self.deferred_file = deferred
+        self.in_flight_file = in_flight
+        self.deferred_records = 0  # written since the deferred file was last rewritten
+        self.in_flight_dirty = False  # deliveries since the in-flight file was last rewritten
+        self.in_flight_kept = 0  # messages in flight when it was
+        # ID -> attempts of the copy still in the disk queue, of messages queued again at the
+        # start from the in-flight file: read since the queue's last sync, the disk holds one too
+        self.replayed: dict[bytes, int] = {}
+
+    def deferred(self, header: bytes, body: bytes, delay: float) -> None:
+        """Channel.defer: the deferral is written before it is acknowledged."""
+        self.deferred_file.add(record(DEFERRED, time.time_ns() + round(delay * 1e9), header + body))
+        self.deferred_records += 1
+        self._flush(self.deferred_file)
+
+    def released(self, header: bytes) -> None:
+        """A deferred message came due and went back to the channel (into its disk queue, or
+        to a consumer: then its delivery is recorded too)."""
+        self.deferred_file.add(gone(header[10:26]))
+        self.deferred_records += 1
+
+    def release_done(self) -> None:
+        """The messages due now went back: their records go in one write."""
+        self._flush(self.deferred_file)
+
+    def screen_part(self) -> Part:
+        """Each delivery is noted in the in-flight file, the batch's notes written at its end."""
+        held, replayed = self.in_flight_file, self.replayed
+        extend, pack = held.pending.extend, RECORD.pack
+
+        def note(header: bytes, body: bytes) -> bool:
+            attempts = (header[8] << 8) | header[9]
+            if replayed and replayed.get(header[10:26]) == attempts:
+                del replayed[header[10:26]]
+                return True  # the disk's older copy of a message already queued again: delivered once
+            extend(pack(IN_FLIGHT, attempts + 1, len(header) + len(body)))  # held_file's record, in place
+            extend(header)
+            extend(body)
+            return False
+
+        def end() -> None:
+            self.in_flight_dirty = True
+            self._flush(held)
+
+        return Part(lambda: note, end)
+
+    def tidy(self) -> None:
+        """Rewrite the in-flight file from the messages in flight now (after deliveries, or
+        once some were finished), and the deferred file once most of its records are dead;
+        otherwise write what is pending. A file that cannot be rewritten is left as it was."""
+        in_flight = [msg for client in self.channel.clients.values() for msg in client.in_flight.values()]
+        try:
+            if self.in_flight_dirty or len(in_flight) != self.in_flight_kept:
+                self.in_flight_file.replace([record(IN_FLIGHT, msg.attempts, msg.header + msg.body)
+                                             for msg in in_flight])
+                self.in_flight_dirty, self.in_flight_kept = False, len(in_flight)
+            if self.deferred_records > 2 * self.channel.deferred_count + TIDY_SLACK:
+                self.deferred_file.replace(deferred_records(self.channel.deferred_items()))
+                self.deferred_records = 0
+            else:
+                self.deferred_file.flush()
+        except OSError as exc:
+            self.nsqd.disk_failed(self.channel.queue.name, exc)
+
+    def _flush(self, held: HeldFile) -> None:
+        try:
+            held.flush()
+        except OSError as exc:
+            self.nsqd.disk_failed(held.path, exc)
+
+
+class TopicLog:
+    """A write-through topic's file: the deferred messages it holds until it has channels."""
+
+    def __init__(self, nsqd, held: HeldFile):
+        self.nsqd = nsqd
+        self.file = held
+
+    def held(self, header: bytes, body: bytes, delay: float) -> None:
+        self.file.add(record(HELD, round(delay * 1e9), header + body))
+        try:
+            self.file.flush()
+        except OSError as exc:
+            self.nsqd.disk_failed(self.file.path, exc)
+
+    def passed_on(self, headers: list[bytes]) -> None:
+        """The topic's held messages went to its channels (which wrote them first)."""
+        for header in headers:
+            self.file.add(gone(header[10:26]))
+
+
+def held_records(items: list[tuple[float, bytes, bytes]]) -> list[bytes]:
+    """H records for a topic's (delay in s, header, body) items."""
+    return [record(HELD, round(delay * 1e9), header + body) for delay, header, body in items]
+
+
+def deferred_records(items: list[tuple[float, bytes, bytes]]) -> list[bytes]:
+    """D records for (trio deadline, header, body) items."""
+    now, unix_now = trio.current_time(), time.time_ns()
+    return [record(DEFERRED, unix_now + round((deadline - now) * 1e9), header + body)
+            for deadline, header, body in items]
+
+
+class DeferredStore:
+    def __init__(self, nsqd):
+        self.nsqd = nsqd
+        self.enabled = nsqd.opts.persist_deferred
+        self.write_through = self.enabled and nsqd.opts.mem_queue_size == 0
+        self.channel_logs: dict[object, ChannelLog] = {}
+        self.topic_logs: dict[object, TopicLog] = {}
+
+    def _file(self, queue_name: str, suffix: str) -> HeldFile:
+        return HeldFile(os.path.join(self.nsqd.data_path, queue_name + suffix))
+
+    # -- start: what earlier runs left -----------------------------------------------------
+
+    def topic_created(self, topic) -> None:
+        if topic.ephemeral:
+            return
+        held = self._file(topic.name, DEFERRED_SUFFIX)
+        entries = held.read()
+        if entries:
+            topic.hold_deferred([(value / 1e9, payload[:26], payload[26:]) for kind, value, payload in
+                                 entries.values() if kind == HELD])
+            log.info("TOPIC(%s): %d deferred messages read from %s", topic.name, len(entries), held.path)
+        if self.write_through:
+            topic.held_log = self.topic_logs[topic] = TopicLog(self.nsqd, held)
+            self._rewrite(held, held_records(topic.held_deferred_items()))
+
+    def channel_created(self, channel) -> None:
+        """Read the channel's files back; with write-through, keep them current from now on."""
+        if channel.ephemeral or channel.topic.ephemeral:
+            return
+        queue = channel.queue.name
+        deferred, in_flight = self._file(queue, DEFERRED_SUFFIX), self._file(queue, IN_FLIGHT_SUFFIX)
+        deferred_entries, in_flight_entries = deferred.read(), in_flight.read()
+        unix_now = time.time_ns()
+        for kind, value, payload in deferred_entries.values():
+            if kind == DEFERRED:
+                channel.defer(payload[:26], payload[26:], max(0, value - unix_now) / 1e9)
+        returned = [(msg_id, value, payload) for msg_id, (kind, value, payload) in in_flight_entries.items()
+                    if msg_id not in deferred_entries]
+        for _, attempts, payload in returned:
+            channel.requeue(with_attempts(payload[:26], attempts), payload[26:])
+        if deferred_entries or returned:
+            log.info("CHANNEL(%s): %d deferred and %d in-flight messages read from %s", queue,
+                     len(deferred_entries), len(returned), os.path.dirname(deferred.path) or ".")
+        if self.write_through:
+            channel_log = ChannelLog(self.nsqd, channel, deferred, in_flight)
+            channel_log.replayed = {msg_id: attempts - 1 for msg_id, attempts, _ in returned}
+            self.channel_logs[channel] = channel.journal = channel_log
+            self._rewrite(deferred, deferred_records(channel.deferred_items()))
+            self._rewrite(in_flight, [])  # the messages are in the disk queue now
+
+    def screen_part(self, channel) -> Part | None:
+        channel_log = self.channel_logs.get(channel)
+        return channel_log.screen_part() if channel_log is not None else None
+
+    # -- while running ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """With write-through: tidy every --sync-timeout."""
+        while True:
+            await trio.sleep(self.nsqd.opts.sync_timeout)
+            for channel_log in list(self.channel_logs.values()):
+                channel_log.tidy()
+            for topic_log in list(self.topic_logs.values()):
+                try:
+                    topic_log.file.flush()
+                except OSError as exc:
+                    self.nsqd.disk_failed(topic_log.file.path, exc)
+
+    def emptied(self, owner) -> None:
+        """A channel or topic was emptied: its deferred (and in-flight) messages went with it."""
+        channel_log = self.channel_logs.get(owner)
+        if channel_log is not None:
+            channel_log.deferred_file.replace([])
+            channel_log.in_flight_file.replace([])
+        topic_log = self.topic_logs.get(owner)
+        if topic_log is not None:
+            topic_log.file.replace([])
+        for suffix in (DEFERRED_SUFFIX, IN_FLIGHT_SUFFIX):
+            self._file(owner.queue.name, suffix).remove()
+
+    def deleted(self, owner) -> None:
+        """A channel or topic was deleted: so are its files."""
+        self.emptied(owner)
+        self.channel_logs.pop(owner, None)
+        self.topic_logs.pop(owner, None)
+
+    # -- graceful stop --------------------------------------------------------------------------
+
+    def close_topic(self, topic) -> None:
+        """Before ``topic.close()``: with the flag, deferred messages go to their files, not
+        into the disk queues (where they stay if their file cannot be written)."""
+        if not self.enabled or topic.ephemeral:
+            return
+        for channel in topic.channels.values():
+            if not channel.ephemeral and self._write(self._file(channel.queue.name, DEFERRED_SUFFIX),
+                                                     deferred_records(channel.deferred_items())):
+                channel.take_deferred()
+        if self._write(self._file(topic.name, DEFERRED_SUFFIX), held_records(topic.held_deferred_items())):
+            topic.take_held()
+
+    def closed_topic(self, topic) -> None:
+        """After ``topic.close()`` wrote what was queued and in flight into the disk queues:
+        the in-flight files are done with; without the flag, so are the deferred files (read
+        at the start, their messages now in the disk queues)."""
+        for name in (topic.name, *(channel.queue.name for channel in topic.channels.values())):
+            self._file(name, IN_FLIGHT_SUFFIX).remove()
+            if not self.enabled:
+                self._file(name, DEFERRED_SUFFIX).remove()
+
+    def _write(self, held: HeldFile, records: list[bytes]) -> bool:
+        try:
+            held.replace(records)
+        except OSError as exc:
+            log.error("failed to write %d deferred messages to %s, writing them to the disk queue: %s",
+                      len(records), held.path, exc)
+            return False
+        return True
+
+    def _rewrite(self, held: HeldFile, records: list[bytes]) -> None:
+        """At the start: the file as nsqd holds its messages now (left as it was if it cannot be)."""
+        try:
+            held.replace(records)
+        except OSError as exc:
+            self.nsqd.disk_failed(held.path, exc)
