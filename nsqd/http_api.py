@@ -258,13 +258,7 @@ class HTTPAPI:
         """Beyond NSQ: ``ttl=<Go duration>`` (``0``: none) or ``ttl=default`` (--msg-ttl's)."""
         query = parse_query(request.query)
         topic = self._existing_topic(self._topic_arg(query, validate=True))
-        if "ttl" not in query:
-            raise HTTPError(400, "MISSING_ARG_TTL")
-        try:
-            ttl_ns = parse_ttl(query["ttl"][0])
-        except FlagError:
-            raise HTTPError(400, "INVALID_ARG_TTL") from None
-        self.nsqd.message_ttl.set(topic, ttl_ns)
+        self.nsqd.message_ttl.set(topic, _setting(query, "ttl", parse_ttl))
         self.nsqd.save_metadata()
         return v1_ok()
 
@@ -294,13 +288,7 @@ class HTTPAPI:
         """Beyond NSQ: ``max_attempts=<0..65535>`` (``0``: none) or ``default`` (--max-attempts')."""
         topic, channel_name = self._topic_and_channel(request)
         channel = self._existing_channel(topic, channel_name)
-        query = parse_query(request.query)
-        if "max_attempts" not in query:
-            raise HTTPError(400, "MISSING_ARG_MAX_ATTEMPTS")
-        try:
-            limit = parse_max_attempts(query["max_attempts"][0])
-        except ValueError:
-            raise HTTPError(400, "INVALID_ARG_MAX_ATTEMPTS") from None
+        limit = _setting(parse_query(request.query), "max_attempts", parse_max_attempts)
         self.nsqd.dead_letters.set(channel, limit)
         self.nsqd.save_metadata()
         return v1_ok()
@@ -327,6 +315,17 @@ class HTTPAPI:
         if value is None:
             raise HTTPError(400, "INVALID_OPTION")
         return v1_ok(value)
+
+
+def _setting(query: dict[str, list[str]], name: str, parse):
+    """A setting beyond NSQ's from the query string: 400 MISSING_ARG_<NAME> without it,
+    INVALID_ARG_<NAME> if ``parse`` raises ValueError."""
+    if name not in query:
+        raise HTTPError(400, f"MISSING_ARG_{name.upper()}")
+    try:
+        return parse(query[name][0])
+    except ValueError:
+        raise HTTPError(400, f"INVALID_ARG_{name.upper()}") from None
 
 
 def tls_required_handler(nsqd):

@@ -81,25 +81,36 @@ async def test_the_auth_server_is_asked_what_a_tcp_client_would_be_asked(nsqd, h
     ("POST", "/channel/create?topic=orders&channel=billing", "orders", True),
     ("POST", "/channel/create?topic=orders&channel=shipping", "orders", False),
     ("POST", "/channel/create?topic=orders&channel=billing", "billing", True),
+    ("POST", "/channel/max_attempts?topic=orders&channel=billing&max_attempts=3", "billing", True),
+    ("POST", "/channel/max_attempts?topic=orders&channel=shipping&max_attempts=3", "orders", False),
 ])
 async def test_publish_and_channel_routes_need_the_grant_of_the_matching_tcp_command(
         nsqd, http, method, path, secret, allowed):
     if path.startswith("/channel/"):
         assert (await http.post("/topic/create?topic=orders", headers=bearer("good"))).status_code == 200
+    if path.startswith("/channel/max_attempts"):
+        for channel in ("billing", "shipping"):
+            answer = await http.post(f"/channel/create?topic=orders&channel={channel}", headers=bearer("good"))
+            assert answer.status_code == 200
     answer = await http.request(method, path, content=b"x", headers=bearer(secret))
     if allowed:
         assert answer.status_code == 200, answer.text
         return
     assert (answer.status_code, answer.json()) == (403, {"message": "FORBIDDEN"})
-    assert all(topic == "orders" and not nsqd.topics[topic].channels for topic in nsqd.topics)
+    assert set(nsqd.topics) <= {"orders"}
+    if "max_attempts" in path:
+        assert not nsqd.dead_letters.overrides
+    else:
+        assert not any(topic.channels for topic in nsqd.topics.values())
 
 
 async def test_topic_actions_need_publish_and_subscribe_on_every_channel(nsqd, http):
     admin = bearer("good")
     assert (await http.post("/topic/create?topic=orders", headers=admin)).status_code == 200
     assert (await http.post("/channel/create?topic=orders&channel=billing", headers=admin)).status_code == 200
-    for action in ("pause", "unpause", "empty"):
-        assert (await http.post(f"/topic/{action}?topic=orders", headers=bearer("orders"))).status_code == 200
+    for action in ("pause", "unpause", "empty", "ttl"):
+        answer = await http.post(f"/topic/{action}?topic=orders&ttl=1m", headers=bearer("orders"))
+        assert answer.status_code == 200, (action, answer.text)
     assert (await http.post("/topic/pause?topic=orders", headers=bearer("billing"))).status_code == 403
     assert (await http.post("/channel/create?topic=orders&channel=shipping", headers=admin)).status_code == 200
     answer = await http.post("/topic/delete?topic=orders", headers=bearer("orders"))
