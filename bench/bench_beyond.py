@@ -3,9 +3,10 @@
     python bench/bench_beyond.py [--runs=5] [--runfor=5s] [--count=100000] [--features=http-auth,msg-ttl,...]
     python bench/bench_beyond.py --callgrind [--base-root=DIR] ...
 
-http-auth: POST /pub over 4 keep-alive connections for --runfor, each request with a bearer
-           secret, against nsqd without and with --http-auth-required (an auth server in this
-           process grants everything; nsqd asks it once and keeps the answer).
+http-auth: POST /pub over 4 keep-alive connections for --runfor (with --callgrind: --requests
+           requests in turn on one), each request with a bearer secret, against nsqd without and
+           with --http-auth-required (an auth server in this process grants everything; nsqd
+           asks it once and keeps the answer).
 msg-ttl:   --count 200-byte messages queued in a channel, then drained by bench_reader (RDY 2500,
            FIN each), without and with --msg-ttl=1h (every message checked, none expired).
 dead-letter: the same drain without and with --max-attempts=100 (every message checked, none moved).
@@ -24,20 +25,24 @@ feature's "off" flags on the nsqd of another checkout (the code before the featu
 import argparse
 import json
 import re
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_http_pub import request_bytes  # noqa: E402
 from bench.go_tools import start_tool  # noqa: E402
 from bench.nsq_socket import BenchConnection  # noqa: E402
 from bench.nsqd_process import cpu_seconds, free_port, start_nsqd  # noqa: E402
+from bench.workers import read_http_response  # noqa: E402
 from common.commands import Dpub, Mpub  # noqa: E402
 
 GRANT_EVERYTHING = json.dumps({"ttl": 3600, "identity": "bench", "authorizations": [
@@ -96,10 +101,14 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def http_pub(meter: Meter, flags: list[str], args) -> tuple[float, float]:
-    """(requests/s, nsqd's cost per request)."""
+    """(requests/s, nsqd's cost per request). Counting instructions, --requests requests one
+    after another on one connection: a fixed amount of work, not what a slowed nsqd gets done
+    in a time (which would count its timers' work over fewer requests)."""
     port = free_port()
     proc, _ = meter.start([f"--http-address=127.0.0.1:{port}", *flags])
     try:
+        if meter.callgrind:
+            return _sequential_pubs(meter, proc, port, args.requests)
         began = meter.begin(proc)
         out = start_tool("bench_http_pub.py", f"--nsqd-http-address=127.0.0.1:{port}", f"--runfor={args.runfor}",
                          "--connections=4", "--bearer=bench").communicate()[0]
@@ -109,6 +118,33 @@ def http_pub(meter: Meter, flags: list[str], args) -> tuple[float, float]:
         return per_second, cost / (per_second * seconds)
     finally:
         stop(proc)
+
+
+def _sequential_pubs(meter: Meter, proc: subprocess.Popen, port: int, count: int) -> tuple[float, float]:
+    request = request_bytes(f"127.0.0.1:{port}", "http_bench", SIZE, "bench")
+    with _connect_when_listening(port) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buffered = bytearray()
+        for _ in range(100):  # warm up: the auth server's answer, the topic
+            sock.sendall(request)
+            _, buffered = read_http_response(sock, buffered)
+        began, started = meter.begin(proc), time.monotonic()
+        for _ in range(count):
+            sock.sendall(request)
+            _, buffered = read_http_response(sock, buffered)
+        return count / (time.monotonic() - started), meter.end(proc, began) / count
+
+
+def _connect_when_listening(port: int, within: float = 60.0) -> socket.socket:
+    """nsqd logs its TCP listener first; its HTTP one follows (slowly under valgrind)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return socket.create_connection(("127.0.0.1", port))
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def consume(meter: Meter, flags: list[str], args) -> tuple[float, float]:
@@ -179,6 +215,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--runfor", default="5s")
     parser.add_argument("--count", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, default=3000, help="http-auth with --callgrind: requests counted")
     parser.add_argument("--features", default="http-auth,msg-ttl,dead-letter,write-through,deferred")
     parser.add_argument("--callgrind", action="store_true", help="count nsqd's instructions (valgrind), one run each")
     parser.add_argument("--base-root", type=Path, help="also run the 'off' flags on this checkout's nsqd")
