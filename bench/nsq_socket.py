@@ -100,19 +100,21 @@ class BenchConnection:
         return self.codec.decode(data) if self.codec else data
 
     def read_frames(self):
-        """Block for at least one frame; yield every complete frame received."""
-        while True:
-            frames = list(self.reader.frames())
-            if frames:
-                return frames
-            data = self.sock.recv(256 * 1024)
-            if not data:
-                raise ConnectionError("nsqd closed the connection")
-            if isinstance(self.sock, ssl.SSLSocket):
-                data += self._more_tls_records()
-            if self.codec:
-                data = self.codec.decode(data)
-            self.reader.receive_data(data)
+        """Block for at least one frame; every complete frame received."""
+        while not (frames := list(self.reader.frames())):
+            self._read_more()
+        return frames
+
+    def _read_more(self) -> None:
+        """Block for more bytes from nsqd and hand them, decoded, to the frame reader."""
+        data = self.sock.recv(256 * 1024)
+        if not data:
+            raise ConnectionError("nsqd closed the connection")
+        if isinstance(self.sock, ssl.SSLSocket):
+            data += self._more_tls_records()
+        if self.codec:
+            data = self.codec.decode(data)
+        self.reader.receive_data(data)
 
     def _more_tls_records(self) -> bytes:
         """An SSL socket's recv returns one TLS record (16 KiB at most): take every record
@@ -129,12 +131,16 @@ class BenchConnection:
         return b"".join(chunks)
 
     def read_response(self) -> bytes:
+        """The next frame that is not a heartbeat (those are answered); later frames stay buffered."""
         while True:
-            for frame in self.read_frames():
-                if frame.frame_type == FRAME_TYPE_ERROR:
-                    raise RuntimeError(frame.data.decode())
-                if frame.data != b"_heartbeat_":
-                    return frame.data
+            frame = self.reader.next_frame()
+            if frame is None:
+                self._read_more()
+            elif frame.frame_type == FRAME_TYPE_ERROR:
+                raise RuntimeError(frame.data.decode())
+            elif frame.data != b"_heartbeat_":
+                return frame.data
+            else:
                 self.send(b"NOP\n")
 
     def close(self) -> None:
