@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.nsq_socket import BenchConnection  # noqa: E402
-from bench.nsqd_process import cpu_seconds, free_port, rss_kib, start_nsqd  # noqa: E402
+from bench.nsqd_process import cpu_seconds, free_port, rss_kib, running_nsqd  # noqa: E402
 from bench.workers import run_workers  # noqa: E402
 from common.commands import Mpub  # noqa: E402
 
@@ -81,9 +81,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=10_000_000)
     args = parser.parse_args()
     http_address = f"127.0.0.1:{free_port()}"
-    proc, address = start_nsqd(f"--http-address={http_address}")
-    data_path = Path(next(arg.split("=", 1)[1] for arg in proc.args if arg.startswith("--data-path=")))
-    try:
+    with running_nsqd(f"--http-address={http_address}") as (proc, address):
+        data_path = Path(next(arg.split("=", 1)[1] for arg in proc.args if arg.startswith("--data-path=")))
         create_channel(http_address)
         rss = PeakRss(proc.pid)
         baseline = rss.take()
@@ -102,9 +101,6 @@ def main() -> None:
         print(f"drained at {drained:,.0f} msgs/s, nsqd {drain_cpu / published * 1e6:.2f} CPU s per million; "
               f"peak RSS {rss.take() / 1024:.0f}MiB; {disk_bytes(data_path) / 2**20:.0f}MiB left on disk")
         rss.stop()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=600)
 
 
 if __name__ == "__main__":

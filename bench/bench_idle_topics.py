@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.nsqd_process import cpu_seconds, free_port, rss_kib, start_nsqd  # noqa: E402
+from bench.nsqd_process import cpu_seconds, free_port, rss_kib, running_nsqd  # noqa: E402
 from common.goflags import parse_duration  # noqa: E402
 
 SAMPLE_EVERY = 5.0
@@ -49,8 +49,7 @@ def main() -> None:
     parser.add_argument("--watch", default="60s")
     args = parser.parse_args()
     http_address = f"127.0.0.1:{free_port()}"
-    proc, _ = start_nsqd(f"--http-address={http_address}")
-    try:
+    with running_nsqd(f"--http-address={http_address}") as (proc, _):
         baseline = rss_kib(proc.pid)
         started = time.monotonic()
         create(http_address, args.topics, args.channels)
@@ -71,9 +70,6 @@ def main() -> None:
               f"{(rss0 - baseline) * 1024 / (args.topics * (args.channels + 1)):.0f} bytes per topic or channel) - "
               f"over {t1 - t0:.0f}s idle: rss {(rss1 - rss0) / 1024:+.1f}MiB, "
               f"cpu {cpu1 - cpu0:.2f}s ({(cpu1 - cpu0) / (t1 - t0) * 100:.2f}% of a core)")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.nsqd_process import cpu_seconds, start_nsqd  # noqa: E402
+from bench.nsqd_process import cpu_seconds, running_nsqd  # noqa: E402
 from common.client_v2 import FrameParser  # noqa: E402
 from common.commands import MAGIC_V2, Fin, Identify, Nop, Pub, Rdy, Sub  # noqa: E402
 from common.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, HEARTBEAT  # noqa: E402
@@ -139,42 +139,45 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     args = parser.parse_args()
     topics = [f"many{index}" for index in range(args.topics)]
-    proc, address = start_nsqd()
-    stop, results = multiprocessing.Event(), multiprocessing.Queue()
     heartbeat_ms = round(parse_duration(args.heartbeat_interval) * 1000)
-    try:
-        started = time.monotonic()
-        workers = []
-        for index in range(args.processes):
-            share = args.consumers // args.processes + (index < args.consumers % args.processes)
-            subscribed = multiprocessing.Event()
-            workers.append(multiprocessing.Process(target=consumer_process, args=(
-                address, topics, share, heartbeat_ms, subscribed, stop, results)))
-            workers[-1].start()
-            while not subscribed.wait(1):
-                if not workers[-1].is_alive():
-                    raise RuntimeError("a consumer process died")
-        print(f"{args.consumers} consumers subscribed in {time.monotonic() - started:.1f}s", flush=True)
-        cpu_before, began = cpu_seconds(proc.pid), time.monotonic()
-        latencies = publish_steadily(address, topics, args.rate, parse_duration(args.runfor))
-        cpu, elapsed = cpu_seconds(proc.pid) - cpu_before, time.monotonic() - began
-        time.sleep(1)  # the last FINs
-        stop.set()
+    stop, results = multiprocessing.Event(), multiprocessing.Queue()
+    with running_nsqd() as (proc, address):
+        try:
+            started = time.monotonic()
+            workers = start_consumers(address, topics, args.consumers, args.processes, heartbeat_ms, stop, results)
+            print(f"{args.consumers} consumers subscribed in {time.monotonic() - started:.1f}s", flush=True)
+            cpu_before, began = cpu_seconds(proc.pid), time.monotonic()
+            latencies = publish_steadily(address, topics, args.rate, parse_duration(args.runfor))
+            cpu, elapsed = cpu_seconds(proc.pid) - cpu_before, time.monotonic() - began
+            time.sleep(1)  # the last FINs
+        finally:
+            stop.set()
         counts = [results.get() for _ in workers]
         for worker in workers:
             worker.join()
-        latencies.sort()
-        ms = [latencies[int(q * (len(latencies) - 1))] * 1000 for q in (0.5, 0.99, 0.999)]
-        print(f"PUB latency over {len(latencies)} publishes at {args.rate:.0f}/s: p50 {ms[0]:.2f}ms p99 {ms[1]:.2f}ms "
-              f"p99.9 {ms[2]:.2f}ms max {latencies[-1] * 1000:.2f}ms mean {statistics.mean(latencies) * 1000:.2f}ms - "
-              f"finished {sum(c['finished'] for c in counts)}, heartbeats answered "
-              f"{sum(c['heartbeats'] for c in counts)}, connections lost {sum(c['lost'] for c in counts)} - "
-              f"in {elapsed:.1f}s nsqd cpu {cpu:.1f}s ({cpu / elapsed * 100:.0f}% of a core)")
-    finally:
-        stop.set()
-        proc.terminate()
-        proc.wait(timeout=60)
+    latencies.sort()
+    ms = [latencies[int(q * (len(latencies) - 1))] * 1000 for q in (0.5, 0.99, 0.999)]
+    print(f"PUB latency over {len(latencies)} publishes at {args.rate:.0f}/s: p50 {ms[0]:.2f}ms p99 {ms[1]:.2f}ms "
+          f"p99.9 {ms[2]:.2f}ms max {latencies[-1] * 1000:.2f}ms mean {statistics.mean(latencies) * 1000:.2f}ms - "
+          f"finished {sum(c['finished'] for c in counts)}, heartbeats answered "
+          f"{sum(c['heartbeats'] for c in counts)}, connections lost {sum(c['lost'] for c in counts)} - "
+          f"in {elapsed:.1f}s nsqd cpu {cpu:.1f}s ({cpu / elapsed * 100:.0f}% of a core)")
 
+
+def start_consumers(address: str, topics: list[str], consumers: int, processes: int, heartbeat_ms: int,
+                    stop, results) -> list[multiprocessing.Process]:
+    """The consumer processes, each returned once all its consumers are subscribed."""
+    workers = []
+    for index in range(processes):
+        share = consumers // processes + (index < consumers % processes)
+        subscribed = multiprocessing.Event()
+        workers.append(multiprocessing.Process(target=consumer_process, args=(
+            address, topics, share, heartbeat_ms, subscribed, stop, results)))
+        workers[-1].start()
+        while not subscribed.wait(1):
+            if not workers[-1].is_alive():
+                raise RuntimeError("a consumer process died")
+    return workers
 
 if __name__ == "__main__":
     main()
