@@ -28,7 +28,17 @@ $(CHROMIUM):
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || \
 	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: $(STAMP) $(CHROMIUM)
+# nsqjs, NSQ's Node.js client, is one of the independent clients the tests use (tests/nsqjs/).
+NSQJS := tests/nsqjs/node_modules/nsqjs/package.json
+
+$(NSQJS): tests/nsqjs/package-lock.json
+	@command -v npm >/dev/null || { command -v apt-get >/dev/null || { echo "install Node.js and npm (Debian packages nodejs npm)"; exit 1; }; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null || \
+	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }; }
+	cd tests/nsqjs && npm ci --no-audit --no-fund --loglevel=error
+	touch $(NSQJS)
+
+test: $(STAMP) $(CHROMIUM) $(NSQJS)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
