@@ -3,6 +3,8 @@
 import struct
 from typing import NamedTuple
 
+from .receive_buffer import ReceiveBuffer
+
 FRAME_TYPE_RESPONSE = 0
 FRAME_TYPE_ERROR = 1
 FRAME_TYPE_MESSAGE = 2
@@ -35,24 +37,12 @@ class FrameError(Exception):
     """The peer sent a frame that cannot be valid."""
 
 
-class FrameReader:
+class FrameReader(ReceiveBuffer):
     """Client side: feed bytes from nsqd, take whole frames out."""
 
     def __init__(self, max_frame_size: int = 64 * 1024 * 1024):
-        self._buf = bytearray()
-        self._pos = 0
+        super().__init__()
         self._max = max_frame_size
-
-    @property
-    def buffered(self) -> int:
-        """Bytes received but not yet taken out."""
-        return len(self._buf) - self._pos
-
-    def receive_data(self, data: bytes) -> None:
-        if self._pos:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
 
     def next_frame(self) -> Frame | None:
         buf, pos = self._buf, self._pos

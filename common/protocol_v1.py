@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 from . import gojson
 from .errors import ClientError
 from .names import is_valid_name
+from .receive_buffer import ReceiveBuffer
 
 MAGIC_V1 = b"  V1"
 MAX_LINE_LENGTH = 16 * 1024  # newline included, as nsqd's V2 parser
@@ -122,7 +123,7 @@ class ResponseError(Exception):
     """nsqlookupd sent a reply that cannot be valid or is over the reader's limit."""
 
 
-class ResponseReader:
+class ResponseReader(ReceiveBuffer):
     """Client side: feed bytes from nsqlookupd, take whole replies out.
 
     A size over ``max_size`` is refused before the reply is buffered, as nsqd's
@@ -130,20 +131,8 @@ class ResponseReader:
     """
 
     def __init__(self, max_size: int = 5 * 1024 * 1024):
-        self._buf = bytearray()
-        self._pos = 0
+        super().__init__()
         self._max = max_size
-
-    @property
-    def buffered(self) -> int:
-        """Bytes received but not yet taken out."""
-        return len(self._buf) - self._pos
-
-    def receive_data(self, data: bytes) -> None:
-        if self._pos:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
 
     def next_response(self) -> bytes | None:
         buf, pos = self._buf, self._pos
@@ -184,32 +173,23 @@ def decode_peer_info(body: bytes) -> dict[str, Any]:
     return info
 
 
-class ServerParser:
+class ServerParser(ReceiveBuffer):
     """nsqlookupd's side of one connection: bytes in, :data:`Command` events out.
 
     Raises :class:`ClientError` (always fatal) with NSQ's code and text on bad input.
     """
 
     def __init__(self, max_body_size: int = DEFAULT_MAX_BODY_SIZE, expect_magic: bool = True):
+        super().__init__()
         self.max_body_size = max_body_size
         self.identified = False
         self._magic_pending = expect_magic
-        self._buf = bytearray()
-        self._pos = 0
         self._body_start = -1  # >= 0 while an IDENTIFY line has been read but not its body
 
-    @property
-    def buffered(self) -> int:
-        """Bytes received but not yet turned into events."""
-        return len(self._buf) - self._pos
-
-    def receive_data(self, data: bytes) -> None:
-        if self._pos:
-            del self._buf[: self._pos]
-            if self._body_start >= 0:
-                self._body_start -= self._pos
-            self._pos = 0
-        self._buf += data
+    def _drop_parsed(self) -> None:
+        if self._body_start >= 0:
+            self._body_start -= self._pos
+        super()._drop_parsed()
 
     def receive_eof(self) -> ClientError | None:
         """The peer closed its side: the error nsqlookupd would still reply, if any.
