@@ -1,8 +1,8 @@
 """NSQ message encoding (nsqd/message.go), the same on the wire and on disk.
 
 ``[timestamp:int64 ns][attempts:uint16][id:16 ASCII hex bytes][body]``. The first
-26 bytes are the *header*; nsqd keeps queued messages as (header, body) pairs so a body
-is shared by every channel and never copied.
+26 bytes are the *header*; nsqd keeps a queued message as one bytes object in this
+encoding (nsqd/message.py), so the ``header_*`` functions read a whole message too.
 """
 
 import struct
@@ -39,6 +39,7 @@ def header_id(header: bytes) -> bytes:
 
 
 def with_attempts(header: bytes, attempts: int) -> bytes:
+    """The header (or whole message) with its attempts replaced."""
     return header[:8] + (attempts & 0xFFFF).to_bytes(2, "big") + header[10:]
 
 

@@ -2,9 +2,9 @@
 
 Theory of operation:
 
-* Queued messages wait in a MessageQueue: (header, body) pairs in memory up to
-  --mem-queue-size, the rest in the channel's disk queue. The body object in memory is
-  the one the topic received, shared with every other channel of the topic.
+* Queued messages wait in a MessageQueue: in memory up to --mem-queue-size, the rest in
+  the channel's disk queue. A message in memory is the object the topic made when it
+  accepted the publish (nsqd/message.py), shared with every other channel of the topic.
 * Delivery is pushed, not polled: ``_ready`` holds the subscribed clients that can take
   a message now (in_flight < RDY). A message put into the channel goes straight to the
   next ready client, round-robin; it is queued only when nobody is ready.
@@ -41,7 +41,7 @@ class Channel:
         self.timeout_count = 0
         self.queue = MessageQueue(f"{topic.name}:{name}", topic.nsqd, self.ephemeral or topic.ephemeral)
         self._ready: deque = deque()
-        self._deferred: list[tuple[float, int, bytes, bytes]] = []
+        self._deferred: list[tuple[float, int, bytes]] = []  # (deadline, order, message)
         self._deferred_order = itertools.count()
         self._deferred_changed = trio.Event()
         self.screen = None  # beyond NSQ: the checks before a delivery (nsqd/screen.py), set by nsqd
@@ -74,24 +74,24 @@ class Channel:
     def _delivering(self) -> bool:
         return not self.paused and not self.exiting
 
-    def put_many(self, headers: list[bytes], bodies: list[bytes]) -> None:
+    def put_many(self, messages: list[bytes]) -> None:
         """New messages from the topic; OSError if some could not be written to disk."""
-        self.message_count += len(headers)
+        self.message_count += len(messages)
         if self._delivering() and self._ready:
-            taken = self._deliver_many_to_ready(headers, bodies)
-            if taken == len(headers):
+            taken = self._deliver_many_to_ready(messages)
+            if taken == len(messages):
                 return
-            headers, bodies = headers[taken:], bodies[taken:]
-        self.queue.put(headers, bodies)
+            messages = messages[taken:]
+        self.queue.put(messages)
 
-    def _deliver_many_to_ready(self, headers: list[bytes], bodies: list[bytes]) -> int:
+    def _deliver_many_to_ready(self, messages: list[bytes]) -> int:
         """Hand messages to ready clients; how many were taken. One ready client takes
         all it can at once; several take turns, one message each."""
         ready = self._ready
         if len(ready) == 1:
             client = ready[0]
             if client.can_take_message():
-                taken = client.send_messages(headers, bodies, 0)
+                taken = client.send_messages(messages, 0)
                 if client.can_take_message():
                     return taken
             else:
@@ -99,22 +99,22 @@ class Channel:
             ready.popleft()
             client.in_ready_queue = False
             return taken
-        for index, header in enumerate(headers):
-            if not self._deliver_to_ready(header, bodies[index]):
+        for index, message in enumerate(messages):
+            if not self._deliver_to_ready(message):
                 return index
-        return len(headers)
+        return len(messages)
 
-    def requeue(self, header: bytes, body: bytes) -> None:
+    def requeue(self, message: bytes) -> None:
         """A message back from a client (REQ 0, timeout, disconnect) or out of deferral."""
-        if not self._delivering() or not self._deliver_to_ready(header, body):
-            self.queue.requeue(header, body)
+        if not self._delivering() or not self._deliver_to_ready(message):
+            self.queue.requeue(message)
 
-    def _deliver_to_ready(self, header: bytes, body: bytes) -> bool:
+    def _deliver_to_ready(self, message: bytes) -> bool:
         ready = self._ready
         while ready:
             client = ready[0]
             if client.can_take_message():
-                client.send_message(header, body)
+                client.send_message(message)
                 ready.rotate(-1)
                 return True
             ready.popleft()
@@ -126,17 +126,16 @@ class Channel:
         if not self._delivering() or not client.can_take_message():
             return
         queue = self.queue
-        while queue.headers:
-            headers, bodies = queue.take_from_memory(client.ready_count - len(client.in_flight))
-            client.send_messages(headers, bodies, 0)
+        while queue.messages:
+            client.send_messages(queue.take_from_memory(client.ready_count - len(client.in_flight)), 0)
             if not client.can_take_message():
                 return
         while queue.has_backend_data():
-            headers, bodies = queue.take_from_disk(client.ready_count - len(client.in_flight))
-            client.send_messages(headers, bodies, 0)
+            messages = queue.take_from_disk(client.ready_count - len(client.in_flight))
+            client.send_messages(messages, 0)
             if not client.can_take_message():
                 return
-            if not headers:
+            if not messages:
                 break
         if not client.in_ready_queue:
             client.in_ready_queue = True
@@ -155,21 +154,21 @@ class Channel:
         returned = client.take_in_flight()
         self.requeue_count += len(returned)
         for msg in returned:
-            self.requeue(msg.requeue_header(), msg.body)
+            self.requeue(msg.requeued())
         if self.ephemeral and not self.clients and not self.exiting:
             self.topic.delete_channel(self.name)
 
-    def defer(self, header: bytes, body: bytes, delay: float) -> None:
+    def defer(self, message: bytes, delay: float) -> None:
         deadline = trio.current_time() + delay
-        heapq.heappush(self._deferred, (deadline, next(self._deferred_order), header, body))
+        heapq.heappush(self._deferred, (deadline, next(self._deferred_order), message))
         if self._deferred[0][0] == deadline:
             self._deferred_changed.set()
         if self.journal is not None:
-            self.journal.deferred(header, body, delay)
+            self.journal.deferred(message, delay)
 
-    def deferred_items(self) -> list[tuple[float, bytes, bytes]]:
-        """(deadline, header, body) of every deferred message, soonest first."""
-        return [(deadline, header, body) for deadline, _, header, body in sorted(self._deferred)]
+    def deferred_items(self) -> list[tuple[float, bytes]]:
+        """(deadline, message) of every deferred message, soonest first."""
+        return [(deadline, message) for deadline, _, message in sorted(self._deferred)]
 
     def take_deferred(self) -> None:
         """Forget the deferred messages (nsqd is stopping and wrote them elsewhere)."""
@@ -187,10 +186,10 @@ class Channel:
     def _release_due(self, now: float) -> None:
         heap = self._deferred
         while heap and heap[0][0] <= now:
-            _, _, header, body = heapq.heappop(heap)
-            self.requeue(header, body)
+            message = heapq.heappop(heap)[2]
+            self.requeue(message)
             if self.journal is not None:
-                self.journal.released(header)
+                self.journal.released(message)
         if self.journal is not None:
             self.journal.release_done()
 
@@ -224,9 +223,9 @@ class Channel:
 
     def close(self) -> None:
         """Write what is still held (queued, deferred, in flight) to disk and sync (nsqd's exit)."""
-        held = [(header, body) for _, _, header, body in sorted(self._deferred)]
+        held = [message for _, _, message in sorted(self._deferred)]
         for client in self.clients.values():
-            held += [(msg.requeue_header(), msg.body) for msg in client.take_in_flight()]
+            held += [msg.requeued() for msg in client.take_in_flight()]
         self._deferred.clear()
         self.queue.close(held)
 

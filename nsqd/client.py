@@ -23,10 +23,10 @@ from common.protocol_v2 import State
 from .message import InFlight
 from .options import DEFAULT_HEARTBEAT_INTERVAL
 
-# a message frame up to its body: size, type, then the header with its attempts replaced
-# ("8s" packs the header's first 8 bytes, its timestamp)
-_MESSAGE_HEAD = struct.Struct(">ii8sH16s")
-_MESSAGE_OVERHEAD = 4 + HEADER_LENGTH  # frame type + header, counted in the frame size
+# A delivery is the frame head (size, type) and the queued message as it is, joined into
+# ``out``, where the message's attempts are then raised by one.
+_ATTEMPTS = struct.Struct(">H")
+_ATTEMPTS_LOW = FRAME_HEAD.size + 9  # where the frame's low byte of attempts is, from its start
 
 
 class Client:
@@ -148,15 +148,15 @@ class Client:
     def can_take_message(self) -> bool:
         return len(self.in_flight) < self.ready_count and self.state == State.SUBSCRIBED
 
-    def send_message(self, header: bytes, body: bytes) -> None:
+    def send_message(self, message: bytes) -> None:
         """Deliver one message: frame it into ``out`` and hold it in flight."""
-        self.send_messages((header,), (body,), 0)
+        self.send_messages((message,), 0)
 
-    def send_messages(self, headers, bodies, start: int) -> int:
-        """Deliver ``headers[start:]`` / ``bodies[start:]`` in order while the client can take
-        more; the index after the last one taken. The flush policy is applied once, after."""
+    def send_messages(self, messages, start: int) -> int:
+        """Deliver ``messages[start:]`` in order while the client can take more; the index
+        after the last one taken. The flush policy is applied once, after."""
         in_flight, out, ready_count = self.in_flight, self.out, self.ready_count
-        end = len(headers)
+        end = len(messages)
         if start >= end or len(in_flight) >= ready_count:
             return start
         now = trio.current_time()
@@ -167,24 +167,31 @@ class Client:
         sample_rate, screen = self.sample_rate, self.channel.screen
         check = screen.begin() if screen is not None else None  # beyond NSQ: nsqd/screen.py
         frames: list[bytes] = []
-        add, pack = frames.append, _MESSAGE_HEAD.pack
+        lows: list[int] = []  # where each frame's low byte of attempts lands in ``out``
+        add, pack, low = frames.append, FRAME_HEAD.pack, len(out) + _ATTEMPTS_LOW
         index = start
         while index < end and len(in_flight) < ready_count:
-            header, body = headers[index], bodies[index]
+            message = messages[index]
             index += 1
             if sample_rate and random.randrange(100) > sample_rate:
                 continue
-            if check is not None and check(header, body):
+            if check is not None and check(message):
                 continue  # taken by a feature beyond NSQ instead
-            attempts = ((header[8] << 8) | header[9]) + 1
-            msg_id = header[10:HEADER_LENGTH]
-            in_flight[msg_id] = InFlight(msg_id, header, body, attempts, deadline, now)
-            add(pack(len(body) + _MESSAGE_OVERHEAD, FRAME_TYPE_MESSAGE, header, attempts & 0xFFFF, msg_id))
-            add(body)
+            in_flight[message[10:HEADER_LENGTH]] = InFlight(message, deadline, now)
+            add(pack(len(message) + 4, FRAME_TYPE_MESSAGE))
+            add(message)
+            lows.append(low)
+            low += len(message) + FRAME_HEAD.size
         if screen is not None:
             screen.end()
-        self.message_count += len(frames) // 2
         out += b"".join(frames)
+        for low in lows:
+            attempts = out[low] + 1
+            if attempts <= 0xFF:
+                out[low] = attempts
+            else:  # a carry into the high byte; 65535 wraps to 0, as Go's uint16 does
+                _ATTEMPTS.pack_into(out, low - 1, ((out[low - 1] << 8) + attempts) & 0xFFFF)
+        self.message_count += len(lows)
         if was_empty and out:
             self.first_buffered_at = now
             self.output_ready()
@@ -216,7 +223,7 @@ class Client:
         msg = self._pop_in_flight(msg_id, "FIN", "E_FIN_FAILED")
         self.finish_count += 1
         if self.channel.e2e_latency is not None:
-            self.channel.e2e_latency.insert(TIMESTAMP_ATTEMPTS.unpack_from(msg.header)[0], time.time_ns())
+            self.channel.e2e_latency.insert(TIMESTAMP_ATTEMPTS.unpack_from(msg.message)[0], time.time_ns())
         self.channel.client_ready(self)
 
     def finish_many(self, ids: list[bytes]) -> int:
@@ -231,7 +238,7 @@ class Client:
             if capped:
                 capped.pop(msg_id, None)
             if latency is not None:
-                latency.insert(TIMESTAMP_ATTEMPTS.unpack_from(msg.header)[0], time.time_ns())
+                latency.insert(TIMESTAMP_ATTEMPTS.unpack_from(msg.message)[0], time.time_ns())
             done += 1
         self.finish_count += done
         if done:
@@ -244,9 +251,9 @@ class Client:
         channel = self.channel
         channel.requeue_count += 1
         if delay > 0:
-            channel.defer(msg.requeue_header(), msg.body, delay)
+            channel.defer(msg.requeued(), delay)
         else:
-            channel.requeue(msg.requeue_header(), msg.body)
+            channel.requeue(msg.requeued())
         channel.client_ready(self)
 
     def touch(self, msg_id: bytes) -> None:
@@ -294,7 +301,7 @@ class Client:
             del self.in_flight[msg_id]
             self._capped.pop(msg_id, None)
             channel.timeout_count += 1
-            channel.requeue(msg.requeue_header(), msg.body)
+            channel.requeue(msg.requeued())
         channel.client_ready(self)
         return len(expired)
 

@@ -13,7 +13,7 @@ Ephemeral topics and channels, and dead-letter topics themselves (their names fo
 pattern), are left alone unless given a limit of their own.
 
 The check runs on delivery, in the channel's screen (nsqd/screen.py): one comparison of
-the header's attempts per message, whatever brought the message back (REQ, a timeout, a
+the message's attempts per message, whatever brought the message back (REQ, a timeout, a
 client that left, a restart). A dead letter is a new message of the dead-letter topic
 (its own ID and timestamp) whose body any NSQ client can read: one line of JSON, a
 newline, then the original body byte for byte::
@@ -123,21 +123,21 @@ class DeadLetters:
         if not limit:
             return None
 
-        def exhausted(header: bytes, body: bytes) -> bool:
-            if ((header[8] << 8) | header[9]) < limit:
+        def exhausted(message: bytes) -> bool:
+            if ((message[8] << 8) | message[9]) < limit:
                 return False
-            return self._divert(channel, header, body)
+            return self._divert(channel, message)
 
         return Part(lambda: exhausted)
 
-    def _divert(self, channel, header: bytes, body: bytes) -> bool:
+    def _divert(self, channel, message: bytes) -> bool:
         """Publish the message to the dead-letter topic; False (deliver it) if it cannot go there."""
         now = time.time_ns()
-        letter = envelope(channel, header, now) + body
+        letter = envelope(channel, message, now) + memoryview(message)[HEADER_LENGTH:]
         if len(letter) > self.nsqd.opts.max_msg_size:
             log.warning("CHANNEL(%s:%s): message %s delivered %d times is too large for a dead letter; "
                         "delivering it again", channel.topic.name, channel.name,
-                        header[10:HEADER_LENGTH].decode("ascii", "replace"), (header[8] << 8) | header[9])
+                        message[10:HEADER_LENGTH].decode("ascii", "replace"), (message[8] << 8) | message[9])
             return False
         name = self.topic_name(channel.topic.name)
         try:
@@ -150,13 +150,13 @@ class DeadLetters:
         return True
 
 
-def envelope(channel, header: bytes, now_ns: int) -> bytes:
+def envelope(channel, message: bytes, now_ns: int) -> bytes:
     """The line a dead letter starts with, its newline included."""
     return json.dumps({
         "topic": channel.topic.name,
         "channel": channel.name,
-        "id": header[10:HEADER_LENGTH].decode("ascii", "replace"),
-        "attempts": (header[8] << 8) | header[9],
-        "first_seen": int.from_bytes(header[:8], "big", signed=True),
+        "id": message[10:HEADER_LENGTH].decode("ascii", "replace"),
+        "attempts": (message[8] << 8) | message[9],
+        "first_seen": int.from_bytes(message[:8], "big", signed=True),
         "dead_lettered_at": now_ns,
     }, separators=(",", ":")).encode() + b"\n"

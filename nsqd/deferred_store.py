@@ -63,16 +63,16 @@ class ChannelLog:
         # start from the in-flight file: read since the queue's last sync, the disk holds one too
         self.replayed: dict[bytes, int] = {}
 
-    def deferred(self, header: bytes, body: bytes, delay: float) -> None:
+    def deferred(self, message: bytes, delay: float) -> None:
         """Channel.defer: the deferral is written before it is acknowledged."""
-        self.deferred_file.add(record(DEFERRED, time.time_ns() + round(delay * 1e9), header + body))
+        self.deferred_file.add(record(DEFERRED, time.time_ns() + round(delay * 1e9), message))
         self.deferred_records += 1
         self._flush(self.deferred_file)
 
-    def released(self, header: bytes) -> None:
+    def released(self, message: bytes) -> None:
         """A deferred message came due and went back to the channel (into its disk queue, or
         to a consumer: then its delivery is recorded too)."""
-        self.deferred_file.add(gone(header[10:26]))
+        self.deferred_file.add(gone(message[10:26]))
         self.deferred_records += 1
 
     def release_done(self) -> None:
@@ -84,14 +84,13 @@ class ChannelLog:
         held, replayed = self.in_flight_file, self.replayed
         extend, pack = held.pending.extend, RECORD.pack
 
-        def note(header: bytes, body: bytes) -> bool:
-            attempts = (header[8] << 8) | header[9]
-            if replayed and replayed.get(header[10:26]) == attempts:
-                del replayed[header[10:26]]
+        def note(message: bytes) -> bool:
+            attempts = (message[8] << 8) | message[9]
+            if replayed and replayed.get(message[10:26]) == attempts:
+                del replayed[message[10:26]]
                 return True  # the disk's older copy of a message already queued again: delivered once
-            extend(pack(IN_FLIGHT, attempts + 1, len(header) + len(body)))  # held_file's record, in place
-            extend(header)
-            extend(body)
+            extend(pack(IN_FLIGHT, attempts + 1, len(message)))  # held_file's record, in place
+            extend(message)
             return False
 
         def end() -> None:
@@ -107,8 +106,7 @@ class ChannelLog:
         in_flight = [msg for client in self.channel.clients.values() for msg in client.in_flight.values()]
         try:
             if self.in_flight_dirty or len(in_flight) != self.in_flight_kept:
-                self.in_flight_file.replace([record(IN_FLIGHT, msg.attempts, msg.header + msg.body)
-                                             for msg in in_flight])
+                self.in_flight_file.replace([record(IN_FLIGHT, msg.attempts, msg.message) for msg in in_flight])
                 self.in_flight_dirty, self.in_flight_kept = False, len(in_flight)
             if self.deferred_records > 2 * self.channel.deferred_count + TIDY_SLACK:
                 self.deferred_file.replace(deferred_records(self.channel.deferred_items()))
@@ -132,29 +130,28 @@ class TopicLog:
         self.nsqd = nsqd
         self.file = held
 
-    def held(self, header: bytes, body: bytes, delay: float) -> None:
-        self.file.add(record(HELD, round(delay * 1e9), header + body))
+    def held(self, message: bytes, delay: float) -> None:
+        self.file.add(record(HELD, round(delay * 1e9), message))
         try:
             self.file.flush()
         except OSError as exc:
             self.nsqd.disk_failed(self.file.path, exc)
 
-    def passed_on(self, headers: list[bytes]) -> None:
+    def passed_on(self, messages: list[bytes]) -> None:
         """The topic's held messages went to its channels (which wrote them first)."""
-        for header in headers:
-            self.file.add(gone(header[10:26]))
+        for message in messages:
+            self.file.add(gone(message[10:26]))
 
 
-def held_records(items: list[tuple[float, bytes, bytes]]) -> list[bytes]:
-    """H records for a topic's (delay in s, header, body) items."""
-    return [record(HELD, round(delay * 1e9), header + body) for delay, header, body in items]
+def held_records(items: list[tuple[float, bytes]]) -> list[bytes]:
+    """H records for a topic's (delay in s, message) items."""
+    return [record(HELD, round(delay * 1e9), message) for delay, message in items]
 
 
-def deferred_records(items: list[tuple[float, bytes, bytes]]) -> list[bytes]:
-    """D records for (trio deadline, header, body) items."""
+def deferred_records(items: list[tuple[float, bytes]]) -> list[bytes]:
+    """D records for (trio deadline, message) items."""
     now, unix_now = trio.current_time(), time.time_ns()
-    return [record(DEFERRED, unix_now + round((deadline - now) * 1e9), header + body)
-            for deadline, header, body in items]
+    return [record(DEFERRED, unix_now + round((deadline - now) * 1e9), message) for deadline, message in items]
 
 
 class DeferredStore:
@@ -176,8 +173,7 @@ class DeferredStore:
         held = self._file(topic.name, DEFERRED_SUFFIX)
         entries = held.read()
         if entries:
-            topic.hold_deferred([(value / 1e9, payload[:26], payload[26:]) for kind, value, payload in
-                                 entries.values() if kind == HELD])
+            topic.hold_deferred([(value / 1e9, payload) for kind, value, payload in entries.values() if kind == HELD])
             log.info("TOPIC(%s): %d deferred messages read from %s", topic.name, len(entries), held.path)
         if self.write_through:
             topic.held_log = self.topic_logs[topic] = TopicLog(self.nsqd, held)
@@ -193,11 +189,11 @@ class DeferredStore:
         unix_now = time.time_ns()
         for kind, value, payload in deferred_entries.values():
             if kind == DEFERRED:
-                channel.defer(payload[:26], payload[26:], max(0, value - unix_now) / 1e9)
+                channel.defer(payload, max(0, value - unix_now) / 1e9)
         returned = [(msg_id, value, payload) for msg_id, (kind, value, payload) in in_flight_entries.items()
                     if msg_id not in deferred_entries]
         for _, attempts, payload in returned:
-            channel.requeue(with_attempts(payload[:26], attempts), payload[26:])
+            channel.requeue(with_attempts(payload, attempts))
         if deferred_entries or returned:
             log.info("CHANNEL(%s): %d deferred and %d in-flight messages read from %s", queue,
                      len(deferred_entries), len(returned), os.path.dirname(deferred.path) or ".")

@@ -11,6 +11,7 @@ TWEPOCH = 1288834974288
 NODE_ID_BITS = 10
 SEQUENCE_BITS = 12
 SEQUENCE_MASK = (1 << SEQUENCE_BITS) - 1
+ID_FORMAT = b"%016x"  # an ID as 16 lowercase hex bytes
 
 
 class GuidFactory:
@@ -39,16 +40,21 @@ class GuidFactory:
         self._sequence += count
         return self._last_tick, first
 
-    def new_ids(self, count: int) -> list[bytes]:
-        """``count`` fresh IDs, in increasing order."""
-        ids: list[bytes] = []
+    def new_numbers(self, count: int) -> list[range]:
+        """``count`` fresh IDs as numbers, in increasing order, in runs of consecutive ones
+        (one run unless a tick's sequences run out); ``ID_FORMAT`` writes one."""
+        runs: list[range] = []
         while count > 0:
             chunk = min(count, SEQUENCE_MASK + 1)
             tick, first = self._reserve(chunk)
             base = ((tick - TWEPOCH) << (NODE_ID_BITS + SEQUENCE_BITS)) | self._node
-            ids += [b"%016x" % (base | seq) for seq in range(first, first + chunk)]
+            runs.append(range(base | first, (base | first) + chunk))
             count -= chunk
-        return ids
+        return runs
+
+    def new_ids(self, count: int) -> list[bytes]:
+        """``count`` fresh IDs, in increasing order."""
+        return [ID_FORMAT % number for run in self.new_numbers(count) for number in run]
 
     def new_id(self) -> bytes:
         return self.new_ids(1)[0]

@@ -1,21 +1,47 @@
-"""A message in flight to one client (the queued form is a bare (header, body) pair)."""
+"""A message as nsqd holds it, and one delivery of it.
 
-from common.message import with_attempts
+A queued message is one ``bytes`` object in NSQ's encoding (common/message.py):
+timestamp, attempts (its deliveries so far), ID, body. It is made once, when the topic
+accepts the publish, and that object is shared by every channel of the topic, written to
+the disk queue as it is (it is go-diskqueue's record) and read back as one. A delivery
+frames it with its attempts plus one (nsqd/client.py); a message that comes back (REQ, a
+timeout, a client that left) is queued as a new object with those attempts.
+
+One object instead of a (header, body) pair: a 100-byte message takes one 160-byte block
+of pymalloc instead of 64 + 144, and one deque slot instead of two.
+"""
+
+from itertools import chain
+
+from common.message import TIMESTAMP_ATTEMPTS, header_attempts, with_attempts
+
+from .guid import ID_FORMAT
+
+_MESSAGE_FORMAT = b"%s" + ID_FORMAT + b"%s"  # timestamp and attempts, the ID, the body
+
+
+def new_messages(guid, timestamp_ns: int, bodies: list[bytes]) -> list[bytes]:
+    """Published ``bodies`` as messages: fresh IDs, attempts 0, each made in one allocation."""
+    prefix = TIMESTAMP_ATTEMPTS.pack(timestamp_ns, 0)
+    numbers = chain.from_iterable(guid.new_numbers(len(bodies)))
+    return [_MESSAGE_FORMAT % (prefix, number, body) for number, body in zip(numbers, bodies)]
 
 
 class InFlight:
-    """One delivery of a message: who holds it and until when."""
+    """One delivery of a message: the message as it was queued, and until when it may stay out."""
 
-    __slots__ = ("id", "header", "body", "attempts", "deadline", "delivered_at")
+    __slots__ = ("message", "deadline", "delivered_at")
 
-    def __init__(self, msg_id: bytes, header: bytes, body: bytes, attempts: int, deadline: float, delivered_at: float):
-        self.id = msg_id
-        self.header = header
-        self.body = body
-        self.attempts = attempts
+    def __init__(self, message: bytes, deadline: float, delivered_at: float):
+        self.message = message
         self.deadline = deadline
         self.delivered_at = delivered_at
 
-    def requeue_header(self) -> bytes:
-        """The header to queue again: same timestamp and ID, attempts so far."""
-        return with_attempts(self.header, self.attempts)
+    @property
+    def attempts(self) -> int:
+        """Deliveries so far, this one included."""
+        return header_attempts(self.message) + 1
+
+    def requeued(self) -> bytes:
+        """The message to queue again: same timestamp, ID and body, attempts so far."""
+        return with_attempts(self.message, self.attempts)

@@ -14,7 +14,7 @@ Expired messages are dropped in two places:
 
 * on delivery: the channel's screen (nsqd/screen.py), which Client.send_messages runs on
   every message it is about to send, drops one older than the TTL instead. The cutoff is
-  taken from the clock once per batch of deliveries, and compared with the header's first
+  taken from the clock once per batch of deliveries, and compared with the message's first
   8 bytes as bytes: big-endian timestamps after 1970 order as their bytes do, so no
   message is decoded for it;
 * by a sweep, every SWEEP_INTERVAL, from the head of each topic's and channel's queue,
@@ -114,17 +114,17 @@ class MessageTTL:
 
     def check_for(self, channel) -> Part | None:
         """The screen part of ``channel`` (nsqd/screen.py), or None when its topic has no TTL:
-        each batch's ``check(header, body) -> True`` if the message is expired (counted)."""
+        each batch's ``check(message) -> True`` if the message is expired (counted)."""
         ttl_ns = self.ttl_ns(channel.topic)
         if not ttl_ns:
             return None
         expired = self.expired
 
         def batch_check():
-            cutoff = _TIMESTAMP.pack(max(0, time.time_ns() - ttl_ns))  # a header below it is older than the TTL
+            cutoff = _TIMESTAMP.pack(max(0, time.time_ns() - ttl_ns))  # a message below it is older than the TTL
 
-            def is_expired(header: bytes, body: bytes) -> bool:
-                if header >= cutoff:
+            def is_expired(message: bytes) -> bool:
+                if message >= cutoff:
                     return False
                 expired[channel] = expired.get(channel, 0) + 1
                 return True
@@ -159,10 +159,9 @@ def drop_older_than(queue, cutoff_ns: int) -> int:
     """Drop messages published before ``cutoff_ns`` from the head of a MessageQueue, memory
     then disk, up to SWEEP_LIMIT; how many."""
     dropped = 0
-    headers, bodies = queue.headers, queue.bodies
-    while headers and dropped < SWEEP_LIMIT and _TIMESTAMP.unpack_from(headers[0])[0] < cutoff_ns:
-        headers.popleft()
-        bodies.popleft()
+    messages = queue.messages
+    while messages and dropped < SWEEP_LIMIT and _TIMESTAMP.unpack_from(messages[0])[0] < cutoff_ns:
+        messages.popleft()
         dropped += 1
     backend = queue.backend
     if backend is None:

@@ -3,7 +3,7 @@
 The opt-in features that act on a delivery (message TTL, nsqd/message_ttl.py; dead-letter
 topics, nsqd/dead_letter.py; the in-flight file of --persist-deferred with
 --mem-queue-size=0, nsqd/deferred_store.py) each give a Part per channel: ``begin()``
-returning a ``check(header, body)``, True when the feature took the message instead of its
+returning a ``check(message)``, True when the feature took the message instead of its
 delivery (and counted it), and optionally an ``end()``. A channel's ``screen`` is None unless some
 part applies to it, so with every feature off Client.send_messages pays one attribute test
 per batch and one test of a local per message. Otherwise ``screen.begin()`` is called once
@@ -50,4 +50,4 @@ def screen_for(nsqd, channel) -> Screen | None:
 
 
 def _either(first, second):
-    return lambda header, body: first(header, body) or second(header, body)
+    return lambda message: first(message) or second(message)

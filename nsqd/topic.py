@@ -1,6 +1,6 @@
 """A topic: takes published messages and copies each one to every channel (nsqd/topic.go).
 
-Fan-out is a direct call: the same header and body objects go to every channel. While a
+Fan-out is a direct call: the same message objects go to every channel. While a
 topic has no channel, or is paused, it keeps its messages in its own MessageQueue
 (memory, then the topic's disk queue) and deferred ones (DPUB) with their delay; its
 pump task hands that backlog to the channels, in batches, once there are channels and
@@ -15,10 +15,10 @@ import logging
 
 import trio
 
-from common.message import TIMESTAMP_ATTEMPTS
 from common.names import is_ephemeral
 
 from .channel import Channel
+from .message import new_messages
 from .message_queue import MessageQueue
 
 log = logging.getLogger("nsqd")
@@ -37,7 +37,7 @@ class Topic:
         self.message_count = 0
         self.message_bytes = 0
         self.queue = MessageQueue(name, nsqd, self.ephemeral)
-        self._held_deferred: list[tuple[float, bytes, bytes]] = []  # (delay s, header, body)
+        self._held_deferred: list[tuple[float, bytes]] = []  # (delay s, message)
         self.held_log = None  # beyond NSQ: --persist-deferred's write-through file (nsqd/deferred_store.py)
         self._backlog_changed = trio.Event()
 
@@ -52,10 +52,6 @@ class Topic:
     def backend_depth(self) -> int:
         return self.queue.backend_depth
 
-    def _new_headers(self, count: int, timestamp_ns: int) -> list[bytes]:
-        prefix = TIMESTAMP_ATTEMPTS.pack(timestamp_ns, 0)
-        return [prefix + msg_id for msg_id in self.nsqd.guid.new_ids(count)]
-
     def _fans_out(self) -> bool:
         return self.started and bool(self.channels) and not self.paused
 
@@ -65,20 +61,20 @@ class Topic:
 
     def publish(self, bodies: list[bytes], timestamp_ns: int) -> None:
         """Accept new messages; OSError if they could not all be stored."""
-        headers = self._new_headers(len(bodies), timestamp_ns)
+        messages = new_messages(self.nsqd.guid, timestamp_ns, bodies)
         fans_out = self._fans_out()
         if fans_out and not len(self.queue):
             self._count(bodies)
             errors = []
             for channel in list(self.channels.values()):
                 try:
-                    channel.put_many(headers, bodies)
+                    channel.put_many(messages)
                 except OSError as exc:
                     errors.append(exc)
             if errors:
                 raise errors[0]
             return
-        self.queue.put(headers, bodies)
+        self.queue.put(messages)
         self._count(bodies)
         if fans_out:  # else the pump has nothing to do until start, a channel or unpause wakes it
             self._backlog_changed.set()
@@ -88,16 +84,16 @@ class Topic:
         self.message_bytes += sum(map(len, bodies))
 
     def publish_deferred(self, body: bytes, timestamp_ns: int, delay: float) -> None:
-        header = self._new_headers(1, timestamp_ns)[0]
+        [message] = new_messages(self.nsqd.guid, timestamp_ns, [body])
         self._count([body])
         if not self._fans_out():
-            self._held_deferred.append((delay, header, body))
+            self._held_deferred.append((delay, message))
             if self.held_log is not None:
-                self.held_log.held(header, body, delay)
+                self.held_log.held(message, delay)
             return
         for channel in list(self.channels.values()):
             channel.message_count += 1
-            channel.defer(header, body, delay)
+            channel.defer(message, delay)
 
     async def run_pump(self) -> None:
         """Hand the backlog to the channels whenever there are channels to take it."""
@@ -111,27 +107,27 @@ class Topic:
 
     def _pump_batch(self) -> None:
         deferred, self._held_deferred = self._held_deferred, []
-        headers, bodies = self.queue.take(PUMP_BATCH)
+        messages = self.queue.take(PUMP_BATCH)
         for channel in list(self.channels.values()):
-            for delay, header, body in deferred:
+            for delay, message in deferred:
                 channel.message_count += 1
-                channel.defer(header, body, delay)
+                channel.defer(message, delay)
             try:
-                channel.put_many(headers, bodies)
+                channel.put_many(messages)
             except OSError as exc:
                 log.error("TOPIC(%s): channel %s kept messages in memory: %s", self.name, channel.name, exc)
         if self.held_log is not None and deferred:
-            self.held_log.passed_on([header for _, header, _ in deferred])
+            self.held_log.passed_on([message for _, message in deferred])
 
-    def held_deferred_items(self) -> list[tuple[float, bytes, bytes]]:
-        """(delay, header, body) of the deferred messages held for the first channel."""
+    def held_deferred_items(self) -> list[tuple[float, bytes]]:
+        """(delay, message) of the deferred messages held for the first channel."""
         return list(self._held_deferred)
 
     def take_held(self) -> None:
         """Forget the held deferred messages (nsqd is stopping and wrote them elsewhere)."""
         self._held_deferred.clear()
 
-    def hold_deferred(self, items: list[tuple[float, bytes, bytes]]) -> None:
+    def hold_deferred(self, items: list[tuple[float, bytes]]) -> None:
         """Hold deferred messages read back at the start (nsqd/deferred_store.py)."""
         self._held_deferred += items
         self._backlog_changed.set()
@@ -171,7 +167,7 @@ class Topic:
         """nsqd is stopping: every message this topic and its channels hold goes to disk."""
         for channel in self.channels.values():
             channel.close()
-        held = [(header, body) for _, header, body in self._held_deferred]
+        held = [message for _, message in self._held_deferred]
         self._held_deferred.clear()
         self.queue.close(held)
 

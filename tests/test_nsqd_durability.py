@@ -178,6 +178,25 @@ async def test_reads_a_data_directory_written_in_go_diskqueue_format(tmp_path):
     assert server.stop() == 0
 
 
+async def test_attempts_carry_into_their_high_byte_and_wrap_as_a_uint16(tmp_path):
+    """A delivery raises the stored attempts by one, as Go's uint16 msg.Attempts++ does."""
+    stored = (0, 254, 255, 511, 65535)
+    p = [payload(b"m%d" % n, hex_id(n), attempts=attempts) for n, attempts in enumerate(stored)]
+    write(data_file(tmp_path, "t:c", 0), b"".join(map(record, p)))
+    write(meta_file(tmp_path, "t:c"), meta_text(len(p), (0, 0), (0, sum(len(record(x)) for x in p))).encode())
+    server = Server(tmp_path)
+    client = await subscribe(server.tcp_port, "t", "c", rdy=len(p))
+    got = await receive(client, len(p))
+    assert [(msg.id, msg.attempts, msg.body) for msg in got] == [
+        (hex_id(0), 1, b"m0"), (hex_id(1), 255, b"m1"), (hex_id(2), 256, b"m2"), (hex_id(3), 512, b"m3"),
+        (hex_id(4), 0, b"m4")]
+    await client.send(b"REQ " + hex_id(2) + b" 0\n")
+    again = await client.read_message()
+    assert (again.id, again.attempts, again.timestamp, again.body) == (hex_id(2), 257, got[2].timestamp, b"m2")
+    await client.close()
+    assert server.stop() == 0
+
+
 async def test_files_left_after_a_stop_are_in_go_diskqueue_format(tmp_path):
     max_bytes = 300
     server = Server(tmp_path, f"--max-bytes-per-file={max_bytes}")
