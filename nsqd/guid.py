@@ -51,10 +51,3 @@ class GuidFactory:
             runs.append(range(base | first, (base | first) + chunk))
             count -= chunk
         return runs
-
-    def new_ids(self, count: int) -> list[bytes]:
-        """``count`` fresh IDs, in increasing order."""
-        return [ID_FORMAT % number for run in self.new_numbers(count) for number in run]
-
-    def new_id(self) -> bytes:
-        return self.new_ids(1)[0]
