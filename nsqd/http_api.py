@@ -5,6 +5,7 @@ version=1.0``; success is the text as is, or JSON for structured data; an error 
 ``{"message":"<TEXT>"}`` with its status. Parameters come from the query string only.
 """
 
+import gc
 import inspect
 import json
 import logging
@@ -53,6 +54,7 @@ class HTTPAPI:
             ("POST", "/channel/pause"): self.channel_pause,
             ("POST", "/channel/unpause"): self.channel_pause,
             ("POST", "/channel/max_attempts"): self.channel_max_attempts,
+            ("POST", "/debug/freememory"): self.free_memory,
         }
         self.paths = {path for _, path in self.routes}
         self.access = HTTPAuth(nsqd) if nsqd.opts.http_auth_required else None
@@ -233,6 +235,11 @@ class HTTPAPI:
         if channel is None:
             raise HTTPError(404, "CHANNEL_NOT_FOUND")
         return channel
+
+    def free_memory(self, request: Request) -> Response:
+        """NSQ's debug.FreeOSMemory: here a full collection, so what only reference cycles held is freed."""
+        gc.collect()
+        return v1_ok()
 
     def topic_create(self, request: Request) -> Response:
         self._topic_for_publish(parse_query(request.query))

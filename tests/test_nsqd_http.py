@@ -1,11 +1,13 @@
 """nsqd's HTTP API over real HTTP (NSQ v1.3 §1.7): routes, parameters, status codes, bodies
 and headers, checked against the messages a TCP consumer then gets, /stats and nsqd.dat."""
 
+import gc
 import json
 import logging
 import os
 import shutil
 import struct
+import weakref
 from contextlib import asynccontextmanager
 
 import h11
@@ -129,6 +131,24 @@ async def test_ping_answers_ok_as_plain_text(http):
     assert (response.status_code, response.content) == (200, b"OK")
     assert response.headers["Content-Type"] == "text/plain; charset=utf-8"
     assert "X-NSQ-Content-Type" not in response.headers  # PlainText, not V1
+
+
+async def test_debug_freememory_collects_the_garbage_in_reference_cycles(http):
+    class Cycle:
+        pass
+
+    gc.disable()  # only the route collects
+    try:
+        garbage = Cycle()
+        garbage.itself = garbage
+        collected = weakref.ref(garbage)
+        del garbage
+        assert collected() is not None
+        assert_empty_ok(await http.post("/debug/freememory"))
+        assert collected() is None
+    finally:
+        gc.enable()
+    assert_error(await http.get("/debug/freememory"), 405, "METHOD_NOT_ALLOWED")
 
 
 async def test_ping_reports_a_disk_error_with_500_until_the_disk_works_again(start_nsqd):
