@@ -35,6 +35,7 @@ from .message_ttl import MessageTTL
 from .options import TLS_REQUIRED
 from .heartbeats import Heartbeats
 from .output_batch import OutputBatch
+from .poller import Poller
 from .screen import screen_for
 from .stats import GCPauses
 from .tcp import Connection
@@ -56,6 +57,7 @@ class NSQD:
         self.connections: set[Connection] = set()
         self.output_batch = OutputBatch()
         self.heartbeats = Heartbeats(self.output_batch)
+        self.poller = Poller(self.output_batch)
         self.start_time = int(time.time())
         self.hostname = socket.gethostname()
         self.tcp_port = 0
@@ -103,6 +105,7 @@ class NSQD:
                 nursery.start_soon(self._queue_meta_loop)
                 nursery.start_soon(self._metadata_loop)
                 nursery.start_soon(self.heartbeats.run)
+                nursery.start_soon(self.poller.run)
                 nursery.start_soon(self.message_ttl.run)
                 if self.deferred_store.write_through:
                     nursery.start_soon(self.deferred_store.run)
@@ -114,6 +117,7 @@ class NSQD:
                 nursery.cancel_scope.cancel()
             self._close_queues()
         finally:
+            self.poller.close()
             self._lock.release()
         log.info("NSQ: bye")
 

@@ -2,20 +2,26 @@
 
 The reader parses whole batches of commands per receive and executes them without
 awaiting, except the few commands that must wait (IDENTIFY's upgrades, AUTH); the
-writer sends the client's output buffer by the flush policy in nsqd/client.py and owns
-the heartbeat and the read deadline; the timeout task sleeps until the earliest in-flight
-deadline. Any failure of a connection ends that connection only.
+writer sends the client's output buffer by the flush policy in nsqd/client.py; the
+timeout task sleeps until the earliest in-flight deadline. Any failure of a connection
+ends that connection only.
 
-Output that must go now and is made while a reader works through a receive is sent when
-that batch ends (nsqd/output_batch.py): on a plain socket straight from that task with a
-non-blocking write, when the writer is not sending and the socket takes it all; otherwise
-the writer sends it. Plain sockets are also read without trio's stream layer (a
-non-blocking read, waiting for readability only when there is nothing), which with the
-batching cuts what a lone PUB costs nsqd to a third; every receive still yields to the
-other tasks (reading first, then yielding, also lets a quick client's next command arrive).
-The read deadline (2 x heartbeat interval, nsqd's) runs from when a read starts waiting,
-as nsqd sets it before each read; nsqd's one heartbeat task (nsqd/heartbeats.py) sends the
-heartbeats and enforces the deadline for every connection.
+While the socket is plain (no TLS, no codec) the reader does not read: it parks in nsqd's
+poller (nsqd/poller.py), which reads every ready plain connection from one epoll and executes
+their commands as the reader would, and hands the reader back what must be awaited (a
+command's coroutine, held OKs, an error, high water, the end); the reader sees to it,
+executes the rest of what was received, and parks again. A connection that upgrades is
+read by its reader through its stream.
+
+Output that must go now and is made while commands execute is sent when that batch ends
+(nsqd/output_batch.py): on a plain socket straight from that task with a non-blocking
+write, when the writer is not sending and the socket takes it all; otherwise the writer
+sends it. Reading plain sockets without trio's stream layer, with this batching, cut what a
+lone PUB costs nsqd to a third; the poller cut what was left of trio's per-read bookkeeping.
+The read deadline (2 x heartbeat interval, nsqd's) runs from when a read starts waiting, as
+nsqd sets it before each read (for a parked reader, from the poller's last read); nsqd's one
+heartbeat task (nsqd/heartbeats.py) sends the heartbeats and enforces the deadline for every
+connection.
 
 Layers: ``stream`` starts as the socket. IDENTIFY may put TLS (trio.SSLStream) and then
 one compression (:class:`CompressedStream`) on top. The writer makes the change, since
@@ -29,6 +35,7 @@ import logging
 import math
 import os
 
+import outcome
 import trio
 
 from common.compression import CompressionError
@@ -37,12 +44,12 @@ from common.frames import OK
 from common.protocol_v2 import NEED_DATA
 
 from .client import Client
+from .poller import ENDED, RECEIVE_SIZE
 from .protocol_v2 import ProtocolV2
 from .tls import tls_state
 
 log = logging.getLogger("nsqd")
 
-RECEIVE_SIZE = 64 * 1024
 # Stop reading a client whose unsent output passes this many bytes (one that
 # publishes but never reads its OKs), until the writer has drained it.
 OUTPUT_HIGH_WATER = 1024 * 1024
@@ -95,7 +102,7 @@ class Connection:
         self.protocol = ProtocolV2(nsqd, self.client, self.upgrade, self._identified)
         self.noted = False  # in nsqd's output batch
         # the socket's descriptor while it is a plain socket (no TLS, no codec), for direct reads and writes
-        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else None
+        self.fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else None
         self._sending = False  # the writer is in the middle of a send
         self.read_since = trio.current_time()  # when the current read began waiting (inf: not reading)
         self.visit = None  # this connection's entry in nsqd's heartbeats
@@ -128,7 +135,7 @@ class Connection:
             log.debug("client %s: connection ended: %r", client.remote_address, group.exceptions[0])
         finally:
             self.nsqd.heartbeats.forget(self)
-            self._fd = None
+            self.fd = None
             if client.channel is not None:
                 client.channel.remove_client(client)
             with trio.CancelScope(shield=True):
@@ -151,15 +158,40 @@ class Connection:
         self.client.output_changed.set()
 
     async def _read_loop(self) -> None:
-        client, parser, execute = self.client, self.protocol.parser, self.protocol.execute
-        batch = self.nsqd.output_batch
+        client = self.client
         while True:
-            data = await self._receive()
-            if not data:
+            try:
+                pending = await self._next_commands()
+            except ClientError as err:  # a command the poller executed failed
+                if await self._refuse(err):
+                    return
+                pending = None
+            if pending is ENDED:
                 return
-            parser.receive_data(data)
-            while True:
-                try:
+            if not await self._execute_received(pending):
+                return
+            if len(client.out) > OUTPUT_HIGH_WATER:
+                self._drained = trio.Event()
+                await self._drained.wait()
+
+    async def _next_commands(self):
+        """Received commands into the parser: by the poller while the socket is plain (with what
+        it left to await, or ENDED), else read here (None, or ENDED)."""
+        if self.fd is not None:
+            return await self.nsqd.poller.serve(self)
+        data = await self._receive()
+        if not data:
+            return ENDED
+        self.protocol.parser.receive_data(data)
+        return None
+
+    async def _execute_received(self, pending) -> bool:
+        """Execute the received commands, awaiting ``pending`` first and whatever else must be
+        awaited; False once a fatal error has been sent."""
+        parser, execute, batch = self.protocol.parser, self.protocol.execute, self.nsqd.output_batch
+        while True:
+            try:
+                if pending is None:
                     batch.begin()
                     try:
                         pending = _execute_until_wait(parser, execute)
@@ -168,32 +200,31 @@ class Connection:
                     if pending is None:
                         if self.protocol.unanswered:
                             await self.protocol.answer_publishes()
-                        break
-                    await pending
-                except ClientError as err:
-                    if await self._refuse(err):
-                        return
-            if len(client.out) > OUTPUT_HIGH_WATER:
-                self._drained = trio.Event()
-                await self._drained.wait()
+                        return True
+                await pending
+            except ClientError as err:
+                if await self._refuse(err):
+                    return False
+            pending = None
+
+    def execute_polled(self, data: bytes):
+        """Execute the commands the poller's read completed; None if nothing is left to await,
+        else the outcome to hand this connection's task (nsqd/poller.py)."""
+        self.protocol.parser.receive_data(data)
+        try:
+            pending = _execute_until_wait(self.protocol.parser, self.protocol.execute)
+        except ClientError as err:
+            # raised again in the task; its traceback here would tie these frames into a cycle
+            return outcome.Error(err.with_traceback(None))
+        if pending is not None or self.protocol.unanswered or len(self.client.out) > OUTPUT_HIGH_WATER:
+            return outcome.Value(pending)
+        return None
 
     async def _receive(self) -> bytes:
-        """The next bytes from the client (b"" once it has closed)."""
+        """The next bytes from the client through its stream (b"" once it has closed)."""
         self.read_since = trio.current_time()
         try:
-            if self._fd is None:
-                return await self.stream.receive_some(RECEIVE_SIZE)
-            try:
-                data = os.read(self._fd, RECEIVE_SIZE)
-            except BlockingIOError:
-                while True:
-                    await trio.lowlevel.wait_readable(self._fd)
-                    try:
-                        return os.read(self._fd, RECEIVE_SIZE)
-                    except BlockingIOError:
-                        pass
-            await trio.lowlevel.checkpoint()  # data was there at once: let the other tasks run too
-            return data
+            return await self.stream.receive_some(RECEIVE_SIZE)
         finally:
             self.read_since = math.inf
 
@@ -218,12 +249,12 @@ class Connection:
         client = self.client
         if not client.out:
             return
-        if not client.flush_now or self._fd is None or self._sending:
+        if not client.flush_now or self.fd is None or self._sending:
             client.output_changed.set()
             return
         data = client.take_output()
         try:
-            sent = os.write(self._fd, data)
+            sent = os.write(self.fd, data)
         except OSError:  # would block, or the socket failed: the writer retries and reports
             sent = 0
         if sent < len(data):
@@ -237,7 +268,7 @@ class Connection:
 
     async def upgrade(self, tls: bool, codec) -> None:
         """IDENTIFY's layers, asked for by the reader and put on by the writer."""
-        self._fd = None
+        self.fd = None
         parser = self.protocol.parser
         received = parser.take_buffered()
         if received and tls:
