@@ -1,7 +1,8 @@
 """What ``make run`` starts: nsqlookupd, N nsqd registered with it, and nsqadmin, on 127.0.0.1.
 
 nsqd number n (from 1) listens on the base ports + PORT_STEP * (n - 1) (4150/4151, 4250/4251, ...)
-and keeps its data in DATA_DIR/nsqd<n>; nsqadmin keeps its stats history in DATA_DIR/nsqadmin/stats.
+and keeps its data in DATA_DIR/nsqd<n>, with --node-id=n: nsqd's default node ID is a hash of the
+host name, the same for every nsqd on one host, so without it their message IDs could collide. nsqadmin keeps its stats history in DATA_DIR/nsqadmin/stats.
 A port of 0 lets the system pick a free one; the launcher reads the real one from the daemon's log.
 """
 
@@ -64,7 +65,7 @@ def nsqd(n: int, ports: Ports, data_dir: Path, lookupd_tcp_address: str) -> Daem
                   (f"--tcp-address={_address(nsqd_port(ports.nsqd_tcp, n))}",
                    f"--http-address={_address(nsqd_port(ports.nsqd_http, n))}",
                    f"--data-path={nsqd_data_dir(data_dir, n)}", f"--broadcast-address={HOST}",
-                   f"--lookupd-tcp-address={lookupd_tcp_address}"),
+                   f"--lookupd-tcp-address={lookupd_tcp_address}", f"--node-id={n}"),
                   ("TCP", "HTTP"))
 
 

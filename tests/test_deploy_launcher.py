@@ -153,6 +153,7 @@ def test_the_cluster_comes_up_works_end_to_end_and_ctrl_c_stops_it_cleanly(launc
     stops = [output.index(f"stopping {group}") for group in ("nsqd-1, nsqd-2", "nsqadmin", "nsqlookupd")]
     assert stops == sorted(stops), output
     assert "launcher   | all stopped" in output
+    assert all(re.search(rf"^nsqd-{n} +\| .* INFO: ID: {n}$", output, re.M) for n in (1, 2)), output
     assert "deploy_launcher" in (tmp_path / "nsqd1" / "nsqd.dat").read_text()
     assert b"flushed on the way out" in (tmp_path / "nsqd1" / "deploy_launcher.diskqueue.000000.dat").read_bytes()
 
