@@ -179,5 +179,6 @@ def start_consumers(address: str, topics: list[str], consumers: int, processes: 
                 raise RuntimeError("a consumer process died")
     return workers
 
+
 if __name__ == "__main__":
     main()

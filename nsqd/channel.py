@@ -170,7 +170,7 @@ class Channel:
         """(deadline, message) of every deferred message, soonest first."""
         return [(deadline, message) for deadline, _, message in sorted(self._deferred)]
 
-    def take_deferred(self) -> None:
+    def forget_deferred(self) -> None:
         """Forget the deferred messages (nsqd is stopping and wrote them elsewhere)."""
         self._deferred.clear()
 

@@ -33,7 +33,7 @@ import logging
 import time
 
 from common.goflags import FlagError
-from common.message import HEADER_LENGTH
+from common.message import HEADER_LENGTH, header_attempts, header_id
 from common.names import MAX_NAME_LENGTH, is_valid_name
 
 from .screen import Part
@@ -137,7 +137,7 @@ class DeadLetters:
         if len(letter) > self.nsqd.opts.max_msg_size:
             log.warning("CHANNEL(%s:%s): message %s delivered %d times is too large for a dead letter; "
                         "delivering it again", channel.topic.name, channel.name,
-                        message[10:HEADER_LENGTH].decode("ascii", "replace"), (message[8] << 8) | message[9])
+                        header_id(message).decode("ascii", "replace"), header_attempts(message))
             return False
         name = self.topic_name(channel.topic.name)
         try:
@@ -155,8 +155,8 @@ def envelope(channel, message: bytes, now_ns: int) -> bytes:
     return json.dumps({
         "topic": channel.topic.name,
         "channel": channel.name,
-        "id": message[10:HEADER_LENGTH].decode("ascii", "replace"),
-        "attempts": (message[8] << 8) | message[9],
+        "id": header_id(message).decode("ascii", "replace"),
+        "attempts": header_attempts(message),
         "first_seen": int.from_bytes(message[:8], "big", signed=True),
         "dead_lettered_at": now_ns,
     }, separators=(",", ":")).encode() + b"\n"

@@ -36,7 +36,7 @@ import time
 
 import trio
 
-from common.message import with_attempts
+from common.message import header_id, with_attempts
 
 from .held_file import DEFERRED, HELD, IN_FLIGHT, RECORD, HeldFile, gone, record
 from .screen import Part
@@ -67,17 +67,17 @@ class ChannelLog:
         """Channel.defer: the deferral is written before it is acknowledged."""
         self.deferred_file.add(record(DEFERRED, time.time_ns() + round(delay * 1e9), message))
         self.deferred_records += 1
-        self._flush(self.deferred_file)
+        flush(self.nsqd, self.deferred_file)
 
     def released(self, message: bytes) -> None:
         """A deferred message came due and went back to the channel (into its disk queue, or
         to a consumer: then its delivery is recorded too)."""
-        self.deferred_file.add(gone(message[10:26]))
+        self.deferred_file.add(gone(header_id(message)))
         self.deferred_records += 1
 
     def release_done(self) -> None:
         """The messages due now went back: their records go in one write."""
-        self._flush(self.deferred_file)
+        flush(self.nsqd, self.deferred_file)
 
     def screen_part(self) -> Part:
         """Each delivery is noted in the in-flight file, the batch's notes written at its end."""
@@ -95,7 +95,7 @@ class ChannelLog:
 
         def end() -> None:
             self.in_flight_dirty = True
-            self._flush(held)
+            flush(self.nsqd, held)
 
         return Part(lambda: note, end)
 
@@ -116,12 +116,6 @@ class ChannelLog:
         except OSError as exc:
             self.nsqd.disk_failed(self.channel.queue.name, exc)
 
-    def _flush(self, held: HeldFile) -> None:
-        try:
-            held.flush()
-        except OSError as exc:
-            self.nsqd.disk_failed(held.path, exc)
-
 
 class TopicLog:
     """A write-through topic's file: the deferred messages it holds until it has channels."""
@@ -132,15 +126,20 @@ class TopicLog:
 
     def held(self, message: bytes, delay: float) -> None:
         self.file.add(record(HELD, round(delay * 1e9), message))
-        try:
-            self.file.flush()
-        except OSError as exc:
-            self.nsqd.disk_failed(self.file.path, exc)
+        flush(self.nsqd, self.file)
 
     def passed_on(self, messages: list[bytes]) -> None:
         """The topic's held messages went to its channels (which wrote them first)."""
         for message in messages:
-            self.file.add(gone(message[10:26]))
+            self.file.add(gone(header_id(message)))
+
+
+def flush(nsqd, held: HeldFile) -> None:
+    """Write the file's pending records; a refusal marks nsqd unhealthy (they stay pending)."""
+    try:
+        held.flush()
+    except OSError as exc:
+        nsqd.disk_failed(held.path, exc)
 
 
 def held_records(items: list[tuple[float, bytes]]) -> list[bytes]:
@@ -217,10 +216,7 @@ class DeferredStore:
             for channel_log in list(self.channel_logs.values()):
                 channel_log.tidy()
             for topic_log in list(self.topic_logs.values()):
-                try:
-                    topic_log.file.flush()
-                except OSError as exc:
-                    self.nsqd.disk_failed(topic_log.file.path, exc)
+                flush(self.nsqd, topic_log.file)
 
     def emptied(self, owner) -> None:
         """A channel or topic was emptied: its deferred (and in-flight) messages went with it."""
@@ -250,9 +246,9 @@ class DeferredStore:
         for channel in topic.channels.values():
             if not channel.ephemeral and self._write(self._file(channel.queue.name, DEFERRED_SUFFIX),
                                                      deferred_records(channel.deferred_items())):
-                channel.take_deferred()
+                channel.forget_deferred()
         if self._write(self._file(topic.name, DEFERRED_SUFFIX), held_records(topic.held_deferred_items())):
-            topic.take_held()
+            topic.forget_held()
 
     def closed_topic(self, topic) -> None:
         """After ``topic.close()`` wrote what was queued and in flight into the disk queues:

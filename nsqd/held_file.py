@@ -96,9 +96,6 @@ class HeldFile:
         self._size = 0
         self.pending = bytearray()  # records added, not written yet
 
-    def exists(self) -> bool:
-        return os.path.exists(self.path)
-
     def read(self) -> dict[bytes, tuple[bytes, int, bytes]]:
         try:
             with open(self.path, "rb") as handle:

@@ -123,7 +123,7 @@ class Topic:
         """(delay, message) of the deferred messages held for the first channel."""
         return list(self._held_deferred)
 
-    def take_held(self) -> None:
+    def forget_held(self) -> None:
         """Forget the held deferred messages (nsqd is stopping and wrote them elsewhere)."""
         self._held_deferred.clear()
 
