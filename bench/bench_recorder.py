@@ -27,11 +27,11 @@ import asyncio
 import json
 import os
 import statistics
-import urllib.request
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
