@@ -97,11 +97,12 @@ class RawClient:
 
 
 class DaemonProcess:
-    """A real ``python -m <module>`` daemon; its log is kept, its listening ports read from it."""
+    """A real daemon, ``python -m <module>`` or the program ``command`` names (NSQ's Go daemons log
+    their listeners the same way); its log is kept, its listening ports read from it."""
 
-    def __init__(self, module: str, args: list[str], listeners: tuple[str, ...]):
+    def __init__(self, module: str, args: list[str], listeners: tuple[str, ...], command: list[str] | None = None):
         self.args = args
-        self.proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT,
+        self.proc = subprocess.Popen([*(command or [sys.executable, "-m", module]), *args], cwd=ROOT,
                                      stderr=subprocess.PIPE, text=True)
         self.log_lines: list[str] = []
         self.ports = self._wait_for_ports(module, listeners)
@@ -141,10 +142,13 @@ class DaemonProcess:
 
 
 class NsqdProcess(DaemonProcess):
-    """A real nsqd process on an ephemeral loopback port."""
+    """A real nsqd process on an ephemeral loopback port (this project's; tests/go_nsq.py has NSQ's)."""
+
+    command: list[str] | None = None
 
     def __init__(self, *args: str):
-        super().__init__("nsqd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *args], ("TCP",))
+        super().__init__("nsqd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *args], ("TCP",),
+                         self.command)
         self.tcp_port = self.ports["TCP"]
         self.tcp_address = f"127.0.0.1:{self.tcp_port}"
 

@@ -132,9 +132,11 @@ async def http(lookupd):
 
 
 class LookupdProcess(DaemonProcess):
-    """A real ``python -m nsqlookupd`` on ephemeral loopback ports."""
+    """A real ``python -m nsqlookupd`` on ephemeral loopback ports (tests/go_nsq.py has NSQ's)."""
+
+    command: list[str] | None = None
 
     def __init__(self, *args: str):
         super().__init__("nsqlookupd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *args],
-                         ("TCP", "HTTP"))
+                         ("TCP", "HTTP"), self.command)
         self.tcp_port, self.http_port = self.ports["TCP"], self.ports["HTTP"]

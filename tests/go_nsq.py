@@ -1,0 +1,59 @@
+"""NSQ v1.3.0's own programs (Go), the reference this project is measured against.
+
+They are linux/amd64 binaries that live beside the project, not in it: at
+``../shared/tools/nsq-v1.3.0-linux-amd64/`` from the project root, or wherever ``NSQ_GO_BIN_DIR``
+points. Where they are absent (a user's clone) every test that needs them skips with one line
+saying why, so ``make test`` still passes; CI has them, so there they run.
+
+The Go daemons log their listeners as ours do (``TCP: listening on 127.0.0.1:PORT``), so they
+run under the same process helpers, with the same attributes (``tcp_port``, ``http_port``, ...).
+"""
+
+import os
+import platform
+from pathlib import Path
+
+import pytest
+
+from .helpers import ROOT, DaemonProcess, NsqdProcess
+from .lookupd_helpers import LookupdProcess
+
+GO_BIN_DIR = Path(os.environ.get("NSQ_GO_BIN_DIR") or ROOT.parent / "shared" / "tools" / "nsq-v1.3.0-linux-amd64")
+
+
+def missing_reason() -> str | None:
+    """Why NSQ's binaries cannot run here, or None when they can."""
+    if (platform.system(), platform.machine()) != ("Linux", "x86_64"):
+        return f"NSQ v1.3.0's reference binaries are linux/amd64, this is {platform.system()}/{platform.machine()}"
+    if not (GO_BIN_DIR / "nsqd").is_file():
+        return f"NSQ v1.3.0's binaries are not in {GO_BIN_DIR} (set NSQ_GO_BIN_DIR to their folder)"
+    return None
+
+
+requires_go = pytest.mark.skipif(missing_reason() is not None, reason=missing_reason() or "")
+
+
+def go_program(name: str) -> str:
+    """The path of one of NSQ's programs (nsqd, nsq_tail, bench_writer, ...)."""
+    return str(GO_BIN_DIR / name)
+
+
+class GoNsqdProcess(NsqdProcess):
+    """NSQ's nsqd on ephemeral loopback ports."""
+
+    command = [go_program("nsqd")]
+
+
+class GoLookupdProcess(LookupdProcess):
+    """NSQ's nsqlookupd on ephemeral loopback ports."""
+
+    command = [go_program("nsqlookupd")]
+
+
+class GoAdminProcess(DaemonProcess):
+    """NSQ's nsqadmin on an ephemeral loopback port."""
+
+    def __init__(self, *args: str):
+        super().__init__("nsqadmin", ["--http-address=127.0.0.1:0", *args], ("HTTP",), [go_program("nsqadmin")])
+        self.http_port = self.ports["HTTP"]
+        self.url = f"http://127.0.0.1:{self.http_port}"
