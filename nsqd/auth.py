@@ -11,6 +11,10 @@ needs it after that, lists what the client may do::
 Topic and channel patterns are regular expressions matched anywhere in the name (Go's
 MatchString, unanchored); a publish is checked against the channel ``""``. Go's RE2
 syntax is read as Python's ``re``, which is the same for the usual patterns.
+
+Every query (AUTH, and --http-auth-required's) goes through one HTTP client made at start
+with nsqd's client TLS context and closed when nsqd stops (NSQ makes a client per query,
+which costs Go little; a new httpx client per query cost the event loop its set-up each time).
 """
 
 import json
@@ -21,6 +25,7 @@ from typing import NamedTuple
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import httpx
+import trio
 
 ACCEPT_V1 = "application/vnd.nsq; version=1.0"
 PERMISSIONS = ("subscribe", "publish")
@@ -76,8 +81,16 @@ class AuthServers:
                  ssl_context):
         self.addresses = addresses
         self.method = method
-        self.timeout = httpx.Timeout(request_timeout, connect=connect_timeout)
-        self.ssl_context = ssl_context
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(request_timeout, connect=connect_timeout),
+                                       verify=ssl_context)
+
+    async def run(self) -> None:
+        """Keep the client while nsqd runs; close it when nsqd stops."""
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._http.aclose()
 
     async def query(self, query: AuthQuery) -> AuthState:
         """Ask the servers in turn from a random one; the first usable answer wins."""
@@ -93,24 +106,23 @@ class AuthServers:
 
     async def _query_one(self, address: str, query: AuthQuery) -> AuthState:
         endpoint = address if "://" in address else f"http://{address}/auth"
-        async with httpx.AsyncClient(timeout=self.timeout, verify=self.ssl_context) as client:
-            try:
-                response = await self._request(client, endpoint, query)
-                if response.status_code == 403 and not endpoint.startswith("https"):
-                    response = await self._request(client, _https_endpoint(endpoint, response.content), query)
-            except httpx.HTTPError as exc:
-                raise AuthError(str(exc) or type(exc).__name__) from None
+        try:
+            response = await self._request(endpoint, query)
+            if response.status_code == 403 and not endpoint.startswith("https"):
+                response = await self._request(_https_endpoint(endpoint, response.content), query)
+        except httpx.HTTPError as exc:
+            raise AuthError(str(exc) or type(exc).__name__) from None
         if response.status_code != 200:
             raise AuthError(f"got response {response.status_code} {response.content!r}")
         return parse_auth_state(response.content)
 
-    async def _request(self, client: httpx.AsyncClient, endpoint: str, query: AuthQuery) -> httpx.Response:
+    async def _request(self, endpoint: str, query: AuthQuery) -> httpx.Response:
         headers = {"Accept": ACCEPT_V1}
         if self.method == "post":
             body = {key: [value.decode("utf-8", "replace") if isinstance(value, bytes) else value]
                     for key, value in query.values()}
-            return await client.post(endpoint, headers=headers, json=body)
-        return await client.get(f"{endpoint}?{urlencode(query.values())}", headers=headers)
+            return await self._http.post(endpoint, headers=headers, json=body)
+        return await self._http.get(f"{endpoint}?{urlencode(query.values())}", headers=headers)
 
 
 def _https_endpoint(endpoint: str, body: bytes) -> str:

@@ -116,13 +116,14 @@ class HTTPAPI:
 
     # -- publishing ------------------------------------------------------------------
 
-    def _topic_for_publish(self, query: dict[str, list[str]]):
+    async def _topic_for_publish(self, query: dict[str, list[str]]):
+        """The topic, created if new; the answer waits for a new topic's start, as nsqd's."""
         if "topic" not in query:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
         name = query["topic"][0]
         if not is_valid_name(name):
             raise HTTPError(400, "INVALID_TOPIC")
-        return self.nsqd.get_topic(name)
+        return await self.nsqd.get_started_topic(name)
 
     async def _publish(self, topic, bodies: list[bytes], defer: float = 0.0) -> Response:
         """Store the messages; with --sync-every=1 answer once their disk writes are fsynced."""
@@ -150,7 +151,7 @@ class HTTPAPI:
         if not request.body:
             raise HTTPError(400, "MSG_EMPTY")
         query = parse_query(request.query)
-        topic = self._topic_for_publish(query)
+        topic = await self._topic_for_publish(query)
         defer = 0.0
         if "defer" in query:
             text = query["defer"][0]
@@ -164,7 +165,7 @@ class HTTPAPI:
         if request.body_too_big or len(request.body) > opts.max_body_size:
             raise HTTPError(413, "BODY_TOO_BIG")
         query = parse_query(request.query)
-        topic = self._topic_for_publish(query)
+        topic = await self._topic_for_publish(query)
         binary = False
         if "binary" in query:
             binary = BOOL_PARAMS.get(query["binary"][0], True)
@@ -241,8 +242,8 @@ class HTTPAPI:
         gc.collect()
         return v1_ok()
 
-    def topic_create(self, request: Request) -> Response:
-        self._topic_for_publish(parse_query(request.query))
+    async def topic_create(self, request: Request) -> Response:
+        await self._topic_for_publish(parse_query(request.query))
         return v1_ok()
 
     def topic_delete(self, request: Request) -> Response:

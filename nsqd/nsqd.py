@@ -107,6 +107,8 @@ class NSQD:
                 nursery.start_soon(self.heartbeats.run)
                 nursery.start_soon(self.poller.run)
                 nursery.start_soon(self.message_ttl.run)
+                if self.auth_servers is not None:
+                    nursery.start_soon(self.auth_servers.run)
                 if self.deferred_store.write_through:
                     nursery.start_soon(self.deferred_store.run)
                 if self.opts.statsd_address:
@@ -224,21 +226,41 @@ class NSQD:
     # -- topics and channels ---------------------------------------------------------
 
     def get_topic(self, name: str, from_metadata: bool = False) -> Topic:
-        """The topic, created if new. A new topic (not one loaded from nsqd.dat) waits for
-        the lookupds' list of its channels before it hands out messages, as in nsqd."""
+        """The topic, created if new, at once: a new topic may not have started yet (see
+        ``get_started_topic``); one loaded from nsqd.dat starts with its saved channels."""
         topic = self.topics.get(name)
         if topic is None:
-            topic = Topic(name, self)
-            self.topics[name] = topic
-            self.deferred_store.topic_created(topic)
-            self._start_task(topic, topic.run_pump)
-            log.info("TOPIC(%s): created", name)
-            self.lookup.notify(Register(name))
-            if not from_metadata and self.lookup.connected():
-                topic.started = False
-                self.spawn(self.lookup.prepare_topic, topic)
-            if not from_metadata and not topic.ephemeral:
-                self.persist_metadata()
+            topic = self._create_topic(name, from_metadata)
+        return topic
+
+    async def get_started_topic(self, name: str) -> Topic:
+        """The topic; when this call creates it, once it has started, as nsqd's GetTopic
+        returns to the command that creates a topic only after asking the lookupds for its
+        channels. A command for the topic meanwhile gets it at once, not started: its
+        messages wait in the topic for the channels it starts with."""
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = self._create_topic(name, from_metadata=False)
+            await topic.wait_started()
+        return topic
+
+    def _create_topic(self, name: str, from_metadata: bool) -> Topic:
+        """A new topic, registered with the lookupds. Unless it comes from nsqd.dat and a
+        lookupd is connected, it starts (hands messages to its channels) only once it has
+        the channels the lookupds know for it (nsqd/lookup.py)."""
+        prepare = not from_metadata and self.lookup.connected()
+        topic = Topic(name, self, started=not prepare)
+        self.topics[name] = topic
+        self.deferred_store.topic_created(topic)
+        self._start_task(topic, topic.run_pump)
+        log.info("TOPIC(%s): created", name)
+        self.lookup.notify(Register(name))
+        if prepare:
+            self.spawn(self.lookup.prepare_topic, topic)
+        elif not from_metadata and self.lookup.peers:
+            log.error("no available nsqlookupd to query for channels to pre-create for topic %s", name)
+        if not from_metadata and not topic.ephemeral:
+            self.persist_metadata()
         return topic
 
     def delete_topic(self, name: str) -> bool:

@@ -2,8 +2,10 @@
 
 Commands run synchronously, except where nsqd must wait: IDENTIFY when it upgrades the
 connection (TLS, snappy, deflate), AUTH (a request to the auth server) and, with AUTH
-enabled, PUB/MPUB/DPUB/SUB (whose authorization may need asking again after its TTL).
-Those return a coroutine that the connection's reader awaits before it parses on.
+enabled, PUB/MPUB/DPUB/SUB (whose authorization may need asking again after its TTL),
+and a PUB/MPUB/DPUB/SUB that creates its topic (answered once the topic has started, as
+nsqd's GetTopic returns only then: nsqd.get_started_topic). Those return a coroutine
+that the connection's reader awaits before it parses on.
 With AUTH enabled the check comes after the parser has read the whole command, body
 included; nsqd checks MPUB's before reading its body, so a client that is refused
 *and* sends a malformed MPUB body is told about the body, not the authorization.
@@ -182,7 +184,9 @@ class ProtocolV2:
         """``handler`` behind nsqd's CheckAuth."""
         async def check_then_run(command) -> None:
             await self._check_auth(name, command.topic, getattr(command, "channel", ""))
-            handler(command)
+            pending = handler(command)
+            if pending is not None:
+                await pending
         return check_then_run
 
     async def _check_auth(self, name: str, topic: str, channel: str) -> None:
@@ -195,11 +199,13 @@ class ProtocolV2:
             raise ClientError("E_UNAUTHORIZED",
                               f"AUTH failed for {name} on {go_quote(topic)} {go_quote(channel)}")
 
-    def sub(self, command: Sub) -> None:
+    def sub(self, command: Sub):
         client = self.client
         if client.heartbeat_interval <= 0:
             raise ClientError("E_INVALID", "cannot SUB with heartbeats disabled")
-        topic = self.nsqd.get_topic(command.topic)
+        topic = self.nsqd.topics.get(command.topic)
+        if topic is None:
+            return self._after_topic_start(self.sub, command)
         channel = topic.get_channel(command.channel)
         limit = self.nsqd.opts.max_channel_consumers
         if limit and len(channel.clients) >= limit:
@@ -260,16 +266,30 @@ class ProtocolV2:
         else:
             self._unanswered.append((command_name, sync_round))
 
-    def pub(self, command: Pub) -> None:
-        topic = self.nsqd.get_topic(command.topic)
+    async def _after_topic_start(self, handler, command) -> None:
+        """``handler(command)`` once the topic it creates has started: nsqd answers the
+        command that creates a topic only then (nsqd.get_started_topic)."""
+        await self.nsqd.get_started_topic(command.topic)
+        pending = handler(command)  # the topic may have gone meanwhile: then it is created again
+        if pending is not None:
+            await pending
+
+    def pub(self, command: Pub):
+        topic = self.nsqd.topics.get(command.topic)
+        if topic is None:
+            return self._after_topic_start(self.pub, command)
         self._published("PUB", command.topic, 1, lambda: topic.publish([command.body], time.time_ns()))
 
-    def mpub(self, command: Mpub) -> None:
-        topic = self.nsqd.get_topic(command.topic)
+    def mpub(self, command: Mpub):
+        topic = self.nsqd.topics.get(command.topic)
+        if topic is None:
+            return self._after_topic_start(self.mpub, command)
         self._published("MPUB", command.topic, len(command.bodies),
                         lambda: topic.publish(command.bodies, time.time_ns()))
 
-    def dpub(self, command: Dpub) -> None:
-        topic = self.nsqd.get_topic(command.topic)
+    def dpub(self, command: Dpub):
+        topic = self.nsqd.topics.get(command.topic)
+        if topic is None:
+            return self._after_topic_start(self.dpub, command)
         self._published("DPUB", command.topic, 1,
                         lambda: topic.publish_deferred(command.body, time.time_ns(), command.defer_ms / 1000))

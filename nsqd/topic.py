@@ -27,12 +27,13 @@ PUMP_BATCH = 1000
 
 
 class Topic:
-    def __init__(self, name: str, nsqd):
+    def __init__(self, name: str, nsqd, started: bool = True):
         self.name = name
         self.nsqd = nsqd
         self.ephemeral = is_ephemeral(name)
         self.paused = False
-        self.started = True  # False until nsqd has created the channels lookupds know of
+        self.started = started  # False until nsqd has created the channels lookupds know of
+        self._start = None if started else trio.Event()
         self.channels: dict[str, Channel] = {}
         self.message_count = 0
         self.message_bytes = 0
@@ -57,7 +58,13 @@ class Topic:
 
     def start(self) -> None:
         self.started = True
+        if self._start is not None:
+            self._start.set()
         self._backlog_changed.set()
+
+    async def wait_started(self) -> None:
+        if self._start is not None:
+            await self._start.wait()
 
     def publish(self, bodies: list[bytes], timestamp_ns: int) -> None:
         """Accept new messages; OSError if they could not all be stored."""
