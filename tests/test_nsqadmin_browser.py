@@ -80,6 +80,10 @@ def test_browse_from_topics_to_a_live_client(cluster, page, screenshot):
         screenshot(page, "channel")
         page.get_by_role("link", name=cluster.node(0)).first.click()
         expect(page.locator("h1")).to_contain_text(cluster.node(0))
+        node_clients = page.get_by_role("table", name="clients of clicks / analytics").locator("tbody tr")
+        expect(node_clients).to_have_count(1)
+        expect(node_clients.first).to_contain_text("worker-7")
+        expect(node_clients.first).to_contain_text("go-nsq/1.1.0")
         screenshot(page, "node")
     finally:
         publisher.stop()
