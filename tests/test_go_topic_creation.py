@@ -140,8 +140,8 @@ async def test_the_creating_command_is_answered_once_the_cluster_channels_exist(
     topic = new_topic()
     async with httpx.AsyncClient() as http:
         for channel in ("known", "elsewhere#ephemeral"):
-            answer = await http.post(f"{cluster.lookupd_url}/channel/create", params={"topic": topic, "channel": channel})
-            assert answer.status_code == 200
+            query = {"topic": topic, "channel": channel}
+            assert (await http.post(f"{cluster.lookupd_url}/channel/create", params=query)).status_code == 200
         run, (depth, deferred) = CREATING_COMMANDS[command]
         await run(cluster, topic)
         stats = await topic_stats(http, cluster.nsqd_url, topic)
