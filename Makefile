@@ -42,7 +42,7 @@ test: $(STAMP) $(CHROMIUM) $(NSQJS)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python bench/side_by_side.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache artifacts

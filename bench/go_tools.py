@@ -32,15 +32,18 @@ def add_go_flags(parser, runfor: str, connections: int = 1) -> None:
 
 
 def deadline_in(seconds: float) -> str:
-    """A --deadline value for every tool started now: the first whole second ``seconds`` away."""
-    start = datetime.datetime.now() + datetime.timedelta(seconds=seconds + 1)
-    return start.strftime(DEADLINE_FORMAT)
+    """A --deadline value for every tool started now, ``seconds`` away. In UTC, as the Go tools
+    read it (time.Parse without a zone), with milliseconds (which time.Parse accepts after the
+    seconds even where its layout has none)."""
+    start = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)
+    return start.strftime(DEADLINE_FORMAT) + f".{start.microsecond // 1000:03d}"
 
 
 def wait_for_deadline(deadline: str) -> None:
-    """Sleep until ``deadline`` (local time, "2006-01-02 15:04:05"), if one is given."""
+    """Sleep until ``deadline`` (UTC, "2006-01-02 15:04:05", seconds maybe with a fraction), if one is given."""
     if deadline:
-        time.sleep(max(0.0, datetime.datetime.strptime(deadline, DEADLINE_FORMAT).timestamp() - time.time()))
+        start = datetime.datetime.fromisoformat(deadline).replace(tzinfo=datetime.timezone.utc)
+        time.sleep(max(0.0, start.timestamp() - time.time()))
 
 
 def run(worker, args: tuple, connections: int, deadline: str) -> tuple[int, float, float]:
@@ -81,18 +84,6 @@ def start_tool(name: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(BENCH / name), *args], stdout=subprocess.PIPE, text=True)
 
 
-def finish(tool: subprocess.Popen) -> str:
-    out = tool.communicate()[0]
-    if tool.returncode:
-        raise RuntimeError(f"{tool.args[1]} failed ({tool.returncode}):\n{out}")
-    return out
-
-
 def rate(output: str) -> float:
     """The ops/s of a result line."""
     return float(re.search(r"([\d.]+)ops/s", output).group(1))
-
-
-def messages(output: str) -> int:
-    """The messages a tool counted (its client CPU line)."""
-    return int(re.search(r"(\d+) msgs -", output).group(1))
