@@ -9,9 +9,11 @@ Here a worker is a process (the Go tools' are goroutines, one per GOMAXPROCS).
 
 import datetime
 import multiprocessing
+import queue
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from common.goflags import format_duration
 
 DEADLINE_FORMAT = "%Y-%m-%d %H:%M:%S"
 BENCH = Path(__file__).resolve().parent
+CONNECT_TIMEOUT = 30.0  # seconds for every worker to connect and IDENTIFY, once the deadline has come
 
 
 def add_go_flags(parser, runfor: str, connections: int = 1) -> None:
@@ -57,13 +60,30 @@ def run(worker, args: tuple, connections: int, deadline: str) -> tuple[int, floa
     for process in workers:
         process.start()
     wait_for_deadline(deadline)
-    barrier.wait()
+    try:
+        barrier.wait(timeout=CONNECT_TIMEOUT)
+    except threading.BrokenBarrierError:
+        _fail(workers, "a worker did not connect")
     start = time.monotonic()
-    counted = [results.get() for _ in workers]
+    counted = []
+    while len(counted) < len(workers):
+        try:
+            counted.append(results.get(timeout=1.0))
+        except queue.Empty:
+            if any(process.exitcode for process in workers):
+                _fail(workers, "a worker failed")
     elapsed = time.monotonic() - start
     for process in workers:
         process.join()
     return sum(count for count, _ in counted), elapsed, sum(cpu for _, cpu in counted)
+
+
+def _fail(workers: list, why: str) -> None:
+    """Stop every worker and say why the run failed (rather than wait for ever)."""
+    for process in workers:
+        process.kill()
+        process.join()
+    raise RuntimeError(why)
 
 
 def result_line(count: int, size: int, elapsed: float) -> str:

@@ -143,8 +143,16 @@ class Load:
         """Every client's runs, one per copy."""
         together = sum(client.copies for client in clients) > 1
         deadline = go_tools.deadline_in(1) if together else ""
-        started = [client.start(daemon, deadline) for client in clients]
-        return [client.finish(procs) for client, procs in zip(clients, started)]
+        started: list[list[subprocess.Popen]] = []
+        try:
+            for client in clients:
+                started.append(client.start(daemon, deadline))
+            return [client.finish(procs) for client, procs in zip(clients, started)]
+        except BaseException:
+            for proc in (proc for procs in started for proc in procs if proc.returncode is None):
+                proc.kill()
+                proc.wait()
+            raise
 
 
 @dataclass(frozen=True)
