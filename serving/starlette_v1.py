@@ -99,7 +99,7 @@ async def api_error(request: Request, exc: HTTPError) -> Response:
 async def routing_error(request: Request, exc: HTTPException) -> Response:
     """httprouter's answers: NOT_FOUND, METHOD_NOT_ALLOWED with Allow, and OPTIONS."""
     if exc.status_code == 405:
-        allow = ", ".join(sorted((exc.headers or {}).get("Allow", "").split(", "))) + ", OPTIONS"
+        allow = ", ".join(sorted([*(exc.headers or {}).get("Allow", "").split(", "), "OPTIONS"]))  # httprouter sorts
         if request.method == "OPTIONS":
             return Response(b"", 200, {"Allow": allow})
         return response(error_parts(405, "METHOD_NOT_ALLOWED"), {"Allow": allow})

@@ -113,15 +113,17 @@ def normal(document):
     return document
 
 
+HEADERS = ("content-type", "x-nsq-content-type", "allow")
+
+
 def both_answers(cluster: MixedCluster, method: str, path: str) -> dict[str, tuple]:
-    """(status, content type, X-NSQ-Content-Type, normalised body) from each lookupd."""
+    """(status, content type, X-NSQ-Content-Type, Allow, normalised body) from each lookupd."""
     answers = {}
     for kind in cluster.lookupds:
         response = httpx.request(method, cluster.lookupd_url(kind) + path, timeout=5)
-        body = response.json() if response.headers.get("content-type", "").startswith("application/json") \
-            else response.text
-        answers[kind] = (response.status_code, response.headers.get("content-type"),
-                         response.headers.get("x-nsq-content-type"), normal(body))
+        json_body = response.content and response.headers.get("content-type", "").startswith("application/json")
+        body = response.json() if json_body else response.text
+        answers[kind] = (response.status_code, *(response.headers.get(name) for name in HEADERS), normal(body))
     return answers
 
 
@@ -153,7 +155,8 @@ def test_errors_and_writes_are_answered_alike(cluster):
         ("POST", "/channel/delete?topic=written&channel=wc"), ("GET", "/channels?topic=written"),
         ("POST", "/topic/delete?topic=written"), ("GET", "/lookup?topic=written"),
         ("POST", "/topic/tombstone?topic=absent"), ("POST", "/topic/tombstone?topic=absent&node=127.0.0.1:1"),
-        ("GET", "/topic/create?topic=x"), ("PUT", "/lookup?topic=x"),
+        ("GET", "/topic/create?topic=x"), ("PUT", "/lookup?topic=x"), ("OPTIONS", "/topic/create"),
+        ("OPTIONS", "/lookup"), ("HEAD", "/ping"), ("DELETE", "/channel/delete"),
     ])
 
 
@@ -164,12 +167,12 @@ def test_a_tombstoned_producer_is_hidden_alike_until_its_lifetime_ends(cluster):
     assert_same_answers(cluster, [("POST", f"/topic/tombstone?topic=tomb&node={node}")])
     looked_up = both_answers(cluster, "GET", "/lookup?topic=tomb")
     assert looked_up["ours"] == looked_up["go"]
-    assert [producer["tcp_port"] for producer in looked_up["go"][3]["producers"]] == [cluster.nsqds["ours"].tcp_port]
+    assert [producer["tcp_port"] for producer in looked_up["go"][-1]["producers"]] == [cluster.nsqds["ours"].tcp_port]
     assert_same_answers(cluster, [("GET", "/nodes"), ("GET", "/channels?topic=tomb"), ("GET", "/topics")])
-    nodes = {producer["tcp_port"]: producer for producer in both_answers(cluster, "GET", "/nodes")["go"][3]["producers"]}
+    nodes = {producer["tcp_port"]: producer for producer in both_answers(cluster, "GET", "/nodes")["go"][-1]["producers"]}
     assert nodes[go_nsqd.tcp_port]["tombstones"][nodes[go_nsqd.tcp_port]["topics"].index("tomb")] is True
     # --tombstone-lifetime=3s: both show the producer again once it has passed
-    wait_until(lambda: all(len(answer[3]["producers"]) == 2
+    wait_until(lambda: all(len(answer[-1]["producers"]) == 2
                            for answer in both_answers(cluster, "GET", "/lookup?topic=tomb").values()),
                timeout=15, what="the tombstone to expire on both lookupds")
     assert_same_answers(cluster, [("GET", "/lookup?topic=tomb"), ("GET", "/nodes")])
@@ -179,7 +182,7 @@ def test_a_topic_deleted_on_one_nsqd_is_unregistered_alike(cluster):
     create(cluster, "gone", "c")
     http(cluster.nsqds["go"].http_port, "/topic/delete?topic=gone", method="POST")
     http(cluster.nsqds["ours"].http_port, "/channel/delete?topic=gone&channel=c", method="POST")
-    wait_until(lambda: all(len(answer[3]["producers"]) == 1
+    wait_until(lambda: all(len(answer[-1]["producers"]) == 1
                            for answer in both_answers(cluster, "GET", "/lookup?topic=gone").values()),
                what="the Go nsqd to unregister the topic")
     assert_same_answers(cluster, [("GET", "/lookup?topic=gone"), ("GET", "/channels?topic=gone"), ("GET", "/nodes"),
