@@ -8,8 +8,8 @@ order and map keys sorted, so pass ``sort_keys=True`` where Go marshals a map.
 Reading (``json.Unmarshal`` into a struct): keys match fields exactly or, failing
 that, case-insensitively; unknown keys are ignored; ``null`` leaves a field alone; the
 last duplicate wins; a value of the wrong JSON type, a fractional number for an int
-field or an int out of range fails the whole decode. Invalid UTF-8 and lone
-surrogates in strings become U+FFFD.
+field or an int out of range fails the whole decode, with the text of Go's
+UnmarshalTypeError. Invalid UTF-8 and lone surrogates in strings become U+FFFD.
 """
 
 import json
@@ -23,6 +23,7 @@ _INVALID_BYTES_TO_FFFD = dict.fromkeys(range(0xDC80, 0xDD00), "\ufffd")
 # The two non-ASCII runes Unicode case-folds onto ASCII letters (Go's foldName matches them).
 _GO_FOLDS_TO_ASCII = str.maketrans({"\u212a": "k", "\u017f": "s"})
 _INT64 = range(-(2**63), 2**63)
+_GO_TYPES = {str: "string", int: "int", bool: "bool"}
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _sorted_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True)
@@ -62,13 +63,38 @@ def _field_name(key: str, fields: dict[str, type]) -> str | None:
     return None
 
 
+def _json_kind(value: Any) -> str:
+    """What Go's decoder calls a JSON value it cannot store (UnmarshalTypeError.Value)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array", tuple: "object"}[type(value)]
+
+
+def struct_type(fields: dict[str, type]) -> str:
+    """The reflect name of the anonymous struct NSQ decodes into, e.g. ``struct { Topic string
+    "json:\\"topic\\"" }``: Go's errors name it."""
+    declared = "; ".join(f'{name.capitalize()} {_GO_TYPES[kind]} "json:\\"{name}\\""' for name, kind in fields.items())
+    return f"struct {{ {declared} }}"
+
+
+def _type_error(name: str, kind: type, value: Any) -> ValueError:
+    """Go's UnmarshalTypeError for a field of an anonymous struct (its struct name is empty); a number
+    that does not fit an int field is named with its value."""
+    found = _json_kind(value)
+    if kind is int and found == "number":
+        found = f"number {value}"
+    return ValueError(f"json: cannot unmarshal {found} into Go struct field .{name} of type {_GO_TYPES[kind]}")
+
+
 def _field_value(name: str, kind: type, value: Any) -> Any:
     if kind is int:
         if type(value) is not int or value not in _INT64:
-            raise ValueError(f"field {name}: want an integer")
+            raise _type_error(name, kind, value)
         return value
     if type(value) is not kind:
-        raise ValueError(f"field {name}: want {kind.__name__}")
+        raise _type_error(name, kind, value)
     if kind is str and _SURROGATES.search(value):
         value = _SURROGATES.sub("\ufffd", value)
     return value

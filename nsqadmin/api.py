@@ -68,11 +68,9 @@ def decode_body(body: bytes, fields: dict[str, type]) -> dict:
     except json.JSONDecodeError as exc:
         raise ValueError(_json_error_text(text, exc)) from None
     if value is not None and not isinstance(value, dict):
-        raise ValueError(f"json: cannot unmarshal {_JSON_KINDS[type(value)]} into Go value of type struct")
-    try:
-        return gojson.decode_struct(text[:end].encode("utf-8", "surrogateescape"), fields)
-    except ValueError as exc:
-        raise ValueError(f"json: cannot unmarshal {exc}") from None
+        kind = _JSON_KINDS[type(value)]
+        raise ValueError(f"json: cannot unmarshal {kind} into Go value of type {gojson.struct_type(fields)}")
+    return gojson.decode_struct(text[:end].encode("utf-8", "surrogateescape"), fields)
 
 
 def _no_producers() -> HTTPError:
@@ -279,7 +277,7 @@ class AdminAPI:
         value = option_value(FLAGS, self.opts, option)
         if value is None:
             raise HTTPError(400, "INVALID_OPTION")
-        return ok(value if value != [] else None)
+        return ok(value)
 
     def _set_option(self, option: str, body: bytes) -> None:
         if option == "nsqlookupd_http_addresses":

@@ -99,7 +99,11 @@ def build_app(admin):
     if opts.base_path != "/":
         table.append(("GET", opts.base_path + "/", pages.topics))
 
+    static_prefix = join(opts.base_path, "/static") + "/"
+
     async def not_found(request: Request, exc: HTTPException) -> Response:
+        if exc.status_code == 404 and request.url.path.startswith(static_prefix):
+            return PlainTextResponse("NOT_FOUND", 404)  # NSQ's asset handler answers in plain text
         if exc.status_code == 404 and request.method == "GET" and "text/html" in request.headers.get("accept", ""):
             return pages.not_found(request)
         return await routing_error(request, exc)

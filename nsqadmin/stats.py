@@ -201,8 +201,8 @@ def aggregate_channel(topic_name: str, channel_name: str, rows: list[dict]) -> d
     for key in CHANNEL_COUNTERS:
         total[key] = sum(row[key] for row in rows)
     total["nodes"] = rows
-    client_lists = [row["clients"] for row in rows if row["clients"] is not None]
-    total["clients"] = _by_hostname([c for clients in client_lists for c in clients]) if client_lists else None
+    # Go appends every node's clients to a nil list: null when there are none, even if nodes said []
+    total["clients"] = _by_hostname([c for row in rows for c in row["clients"] or ()]) or None
     total["paused"] = any(row["paused"] for row in rows)
     total["e2e_processing_latency"] = aggregate_e2e([row["e2e_processing_latency"] for row in rows],
                                                     topic_name, channel_name)

@@ -59,8 +59,9 @@ def _unescape(text: str) -> str:
 
 
 def ok_parts(data=None, sort_keys: bool = False) -> tuple[int, bytes, Headers]:
-    """A V1 success: nothing, text, or JSON (``sort_keys`` where Go marshals a map)."""
-    if data is None:
+    """A V1 success: nothing, text, or JSON (``sort_keys`` where Go marshals a map). Go's net/http
+    gives an empty body no Content-Type."""
+    if data is None or data in (b"", ""):
         return 200, b"", [V1_HEADER]
     if isinstance(data, (bytes, str)):
         return 200, data.encode() if isinstance(data, str) else data, [V1_HEADER, TEXT_TYPE]

@@ -26,6 +26,7 @@ def test_parse_query_errors_are_invalid_request(raw):
 def test_v1_bodies_and_headers():
     assert ok_parts() == (200, b"", [V1])
     assert ok_parts("OK") == (200, b"OK", [V1, TEXT])
+    assert ok_parts("") == (200, b"", [V1])
     assert ok_parts({"b": "<x>", "a": 1}) == (200, b'{"b":"\\u003cx\\u003e","a":1}', [V1, JSON])
     assert ok_parts({"b": 1, "a": 2}, sort_keys=True)[1] == b'{"a":2,"b":1}'
     assert error_parts(404, "TOPIC_NOT_FOUND") == (404, b'{"message":"TOPIC_NOT_FOUND"}', [V1, JSON])
