@@ -5,6 +5,8 @@ Writing (``json.Marshal``): compact, UTF-8 (not ``\\uXXXX`` escapes), and HTML-s
 written as U+FFFD. Key order is the caller's: Go writes struct fields in declaration
 order and map keys sorted, so pass ``sort_keys=True`` where Go marshals a map.
 
+Numbers Go decoded into ``interface{}`` are float64s, written back its way (:func:`marshal_value`).
+
 Reading (``json.Unmarshal`` into a struct): keys match fields exactly or, failing
 that, case-insensitively; unknown keys are ignored; ``null`` leaves a field alone; the
 last duplicate wins; a value of the wrong JSON type, a fractional number for an int
@@ -12,7 +14,9 @@ field or an int out of range fails the whole decode, with the text of Go's
 UnmarshalTypeError. Invalid UTF-8 and lone surrogates in strings become U+FFFD.
 """
 
+import decimal
 import json
+import math
 import re
 from typing import Any
 
@@ -39,6 +43,45 @@ def dumps(data: Any, sort_keys: bool = False) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         return _SURROGATES.sub("\ufffd", text).encode("utf-8")
+
+
+def go_float(value: float) -> str:
+    """How encoding/json writes a float64: the shortest digits that read back the same, positional
+    from 1e-6 up to 1e21 (``100000000000000000000``, ``0.00001``, ``-0``), else with an exponent
+    of at least one digit (``1e-7``, ``1e+21``)."""
+    if value == 0:
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    shortest = repr(value)
+    if 1e-6 <= abs(value) < 1e21:
+        return format(decimal.Decimal(shortest).normalize(), "f")
+    return re.sub(r"e-0(\d)$", r"e-\1", shortest)  # repr's exponent form is strconv's 'e', -1
+
+
+def marshal_value(value: Any) -> bytes:
+    """``json.Marshal`` of what :func:`unmarshal_value` gives: objects with their keys sorted (Go's
+    maps), every number a float64 written as Go writes it."""
+    if isinstance(value, dict):
+        return b"{" + b",".join(dumps(key) + b":" + marshal_value(value[key]) for key in sorted(value)) + b"}"
+    if isinstance(value, list):
+        return b"[" + b",".join(marshal_value(item) for item in value) + b"]"
+    if isinstance(value, float):
+        return go_float(value).encode()
+    return dumps(value)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"json: cannot unmarshal number {text} into Go value of type float64")
+    return value
+
+
+def unmarshal_value(body: bytes) -> Any:
+    """``json.Unmarshal`` into an ``interface{}``: objects as dicts (the last duplicate key wins),
+    every number a float64 (ValueError past its range), invalid UTF-8 as U+FFFD; ValueError for
+    what Go refuses (NaN, Infinity, trailing data)."""
+    text = body.decode("utf-8", "surrogateescape").translate(_INVALID_BYTES_TO_FFFD)
+    return json.loads(text, parse_int=_finite, parse_float=_finite, parse_constant=_reject_constant)
 
 
 def _reject_constant(name: str) -> None:

@@ -6,6 +6,7 @@ from typing import Callable
 
 import anyio
 
+from common.names import is_valid_name
 from nsqclient import Consumer, NSQError
 
 from .golog import Fatal
@@ -15,6 +16,9 @@ from .running import watch_signals
 def make_consumer(topic: str, channel: str, handler, nsqd_addresses: list[str], lookupd_addresses: list[str],
                   **options) -> Consumer:
     """A Consumer, or Fatal with the reason it cannot be made (NewConsumer / ConnectTo* errors)."""
+    for name, kind in ((topic, "topic"), (channel, "channel")):
+        if not is_valid_name(name):
+            raise Fatal(f"invalid {kind} name")  # go-nsq's NewConsumer, before any connection
     try:
         return Consumer(topic, channel, handler, nsqd_tcp_addresses=nsqd_addresses,
                         lookupd_http_addresses=lookupd_addresses, **options)

@@ -7,10 +7,12 @@ decoded JSON object.
   number (when it reads as one); any other field does not pass. A message without the field
   does not pass, and asks for backoff (NSQ logs it as an error and requeues it).
 * Whitelisted fields are kept (the others dropped) and the object is written anew as Go does
-  (keys sorted, integral numbers without a fraction).
+  (keys sorted, every number a float64 in Go's notation).
+
+``message`` is the body as Go decodes it into ``interface{}`` (:func:`common.gojson.unmarshal_value`).
 """
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from common import gojson
 
@@ -45,13 +47,5 @@ def check(message: dict, field: str, value: str) -> Verdict:
     return Verdict(False, False)
 
 
-def _go_number(value: Any) -> Any:
-    """Go decodes numbers as float64 and writes the integral ones back as int64."""
-    if isinstance(value, float) and value.is_integer() and -(2**63) <= value < 2**63:
-        return int(value)
-    return value
-
-
 def whitelisted(message: dict, fields: list[str]) -> bytes:
-    kept = {field: _go_number(message[field]) for field in fields if field in message}
-    return gojson.dumps(kept, sort_keys=True)
+    return gojson.marshal_value({field: message[field] for field in fields if field in message})

@@ -63,19 +63,33 @@ def query_escape(body: bytes) -> str:
     return quote_from_bytes(body, safe="").replace("%20", "+")
 
 
+TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def canonical_header(name: str) -> str:
+    """Go's CanonicalMIMEHeaderKey: ``x-one`` -> ``X-One``; a name that is not a token stays as it is."""
+    if not set(name) <= TOKEN:
+        return name
+    return "-".join(part[:1].upper() + part[1:].lower() for part in name.split("-"))
+
+
 def parse_headers(values: list[str]) -> dict[str, str]:
-    """``--header 'Name: value'`` values; ValueError for one without a name or a value."""
+    """``--header 'Name: value'`` values, by canonical name (the last wins, as Go's Header.Set);
+    ValueError for one without a name or a value."""
     headers = {}
     for value in values:
         name, colon, text = value.partition(":")
         if not colon or not name.strip() or not text.strip():
             raise ValueError(f"invalid header {value!r}")
-        headers[name.strip()] = text.strip()
+        headers[canonical_header(name.strip())] = text.strip()
     return headers
 
 
 class Publisher:
-    """One GET or POST per message to the address the mode picks."""
+    """One GET or POST per message to the address the mode picks, with the header lines Go's
+    http.Client writes, in its order: Host, User-Agent, Content-Length (POST), the others sorted
+    by name (Content-Type for POST, then the ``--header`` ones, which may replace it or the
+    User-Agent), Accept-Encoding: gzip."""
 
     def __init__(self, opts, client: httpx.AsyncClient, headers: dict[str, str]):
         self.get = bool(opts.get)
@@ -84,9 +98,10 @@ class Publisher:
         self.sample = opts.sample
         self.timeout = opts.http_client_request_timeout
         self.client = client
-        self.headers = {"User-Agent": f"{PROGRAM} v{VERSION}", **headers}
-        if not self.get:
-            self.headers.setdefault("Content-Type", opts.content_type)
+        headers = {"User-Agent": f"{PROGRAM} v{VERSION}", **({} if self.get else {"Content-Type": opts.content_type}),
+                   **headers}
+        self.user_agent = headers.pop("User-Agent")
+        self.headers = sorted(headers.items())
         self.counter = 0
         self.pool = host_pool(self.mode, self.addresses)
         self.per_address = address_metrics(self.addresses, opts.status_every)
@@ -113,15 +128,17 @@ class Publisher:
         self.aggregate.status(started)
 
     async def send(self, address: str, body: bytes) -> None:
+        if self.get:
+            request = self.client.build_request("GET", address.replace("%s", query_escape(body), 1))
+            length = []
+        else:
+            request = self.client.build_request("POST", address, content=body)
+            length = [("Content-Length", str(len(body)))]
+        request.headers = httpx.Headers([("Host", request.headers["Host"]), ("User-Agent", self.user_agent), *length,
+                                         *self.headers, ("Accept-Encoding", "gzip")])
         with anyio.fail_after(self.timeout):
-            if self.get:
-                response = await self.client.get(address.replace("%s", query_escape(body), 1),
-                                                  headers=self.headers)
-                ok = response.status_code == 200
-            else:
-                response = await self.client.post(address, content=body, headers=self.headers)
-                ok = 200 <= response.status_code < 300
-        if not ok:
+            response = await self.client.send(request)
+        if not (response.status_code == 200 if self.get else 200 <= response.status_code < 300):
             raise RequestFailed(f"got status code {response.status_code}")
 
 

@@ -10,12 +10,12 @@ that is not a JSON object is then logged and dropped. Timings are logged every
 ``--status-every`` publishes.
 """
 
-import json
 import time
 from contextlib import AsyncExitStack
 
 import anyio
 
+from common import gojson
 from common.goflags import Flag
 from common.names import is_valid_name
 from nsqclient import Message, NSQError, Producer
@@ -95,7 +95,7 @@ class Relay:
     def filtered(self, body: bytes) -> bytes | None:
         """The body to publish; None to drop the message; Backoff to requeue it."""
         try:
-            decoded = json.loads(body)
+            decoded = gojson.unmarshal_value(body)
         except ValueError:
             decoded = None
         if not isinstance(decoded, dict):

@@ -38,10 +38,11 @@ class TopicDiscoverer:
                 self.known.add(topic)
 
     async def run(self) -> None:
-        """The given topics; or the lookupds' topics now and every refresh, until cancelled."""
+        """The given topics; or the lookupds' topics now and every refresh; until cancelled (as NSQ's,
+        even when no topic could be archived)."""
         if self.topics:
             await self.update(self.topics)
-            return
+            await anyio.sleep_forever()
         while True:
             try:
                 answer = await self.cluster.lookupd_topics()

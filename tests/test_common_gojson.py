@@ -2,7 +2,7 @@
 
 import pytest
 
-from common.gojson import decode_struct, dumps
+from common.gojson import decode_struct, dumps, go_float, marshal_value, unmarshal_value
 
 FIELDS = {"name": str, "port": int, "on": bool}
 
@@ -41,3 +41,22 @@ def test_decode_struct_errors(body):
 def test_int_range_is_go_int64():
     assert decode_struct(b'{"port":-9223372036854775808}', FIELDS) == {"port": -(2**63)}
     assert decode_struct(b'{"port":9223372036854775807}', FIELDS) == {"port": 2**63 - 1}
+
+
+@pytest.mark.parametrize("value, text", [
+    (1.0, "1"), (-0.0, "-0"), (0.0, "0"), (0.1, "0.1"), (1.5, "1.5"), (1e-6, "0.000001"), (1e-5, "0.00001"),
+    (9.99e-7, "9.99e-7"), (1e-7, "1e-7"), (2.0**53, "9007199254740992"), (1e20, "100000000000000000000"),
+    (12345678901234567890.0, "12345678901234567000"), (1e21, "1e+21"), (-2.5e-10, "-2.5e-10"), (5e-324, "5e-324"),
+    (1.7976931348623157e308, "1.7976931348623157e+308"),
+])
+def test_floats_as_go_writes_them(value, text):
+    assert go_float(value) == text
+
+
+def test_values_decoded_and_written_as_go_does_through_interface():
+    decoded = unmarshal_value(b'{"b": [1, 2.50, {"z": -0, "y": "<x>"}], "a": 1, "a": 2, "c": "\xff"}')
+    assert decoded == {"a": 2.0, "b": [1.0, 2.5, {"z": -0.0, "y": "<x>"}], "c": "\ufffd"}
+    assert marshal_value(decoded) == b'{"a":2,"b":[1,2.5,{"y":"\\u003cx\\u003e","z":-0}],"c":"\xef\xbf\xbd"}'
+    for refused in (b"NaN", b'{"a": Infinity}', b"1e400", b"{} x"):
+        with pytest.raises(ValueError):
+            unmarshal_value(refused)

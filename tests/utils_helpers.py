@@ -56,10 +56,11 @@ def assert_all_fatal(name: str, cases: list[tuple[list[str], str]]) -> None:
 
 
 class Utility:
-    """A long-running utility: its stdout and stderr collected line by line as they come."""
+    """A long-running utility (ours, or the ``program`` given): its stdout and stderr collected line by
+    line as they come."""
 
-    def __init__(self, name: str, *args: str, stdin=subprocess.DEVNULL):
-        self.proc = subprocess.Popen([script(name), *args], stdin=stdin, stdout=subprocess.PIPE,
+    def __init__(self, name: str, *args: str, stdin=subprocess.DEVNULL, program: str | None = None):
+        self.proc = subprocess.Popen([program or script(name), *args], stdin=stdin, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE)
         self.stdout: list[bytes] = []
         self.stderr: list[str] = []
