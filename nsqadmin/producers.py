@@ -87,7 +87,8 @@ def mark_out_of_date(producers: list[dict]) -> None:
 
 
 def by_hostname(producers: list[dict]) -> list[dict]:
-    return sorted(producers, key=lambda p: p["hostname"])
+    """NSQ's order; producers of one hostname by address, where Go's order is random."""
+    return sorted(producers, key=lambda p: (p["hostname"], p["broadcast_address"], p["http_port"]))
 
 
 def merge_lookupd_nodes(answers: list[tuple[str, list[dict]]]) -> list[dict]:

@@ -65,7 +65,8 @@ def _number(value: float) -> float | int:
 
 
 def _by_hostname(rows: list[dict]) -> list[dict]:
-    return sorted(rows, key=lambda row: row["hostname"])
+    """NSQ's order; rows of one hostname by node (and a client's address), where Go's order is random."""
+    return sorted(rows, key=lambda row: (row["hostname"], row["node"], row.get("remote_address", "")))
 
 
 def _node_extras(raw: dict, keys: tuple[str, ...]) -> dict:

@@ -1,11 +1,11 @@
 """nsqadmin across implementations, with real processes: our nsqadmin over NSQ v1.3.0's Go daemons,
 and NSQ's nsqadmin over ours.
 
-Two clusters for the module, one of Go's daemons and one of ours, each an nsqlookupd and two nsqd
-(the first with e2e percentiles), each in the same state, each with both nsqadmins over it. Three
-comparisons follow from that: NSQ's nsqadmin must answer the same over our daemons as over its own;
-ours must answer the same over Go's daemons as over ours; and ours must answer as NSQ's does over
-the same daemons, except where the README's "Deliberate differences" say otherwise. Actions (create,
+Two clusters for the module, one of Go's daemons and one of ours, each an nsqlookupd and two nsqd,
+each in the same state, each with both nsqadmins over it. Three comparisons follow from that: NSQ's
+nsqadmin must answer the same over our daemons as over its own; ours must answer the same over Go's
+daemons as over ours; and ours must answer as NSQ's does over the same daemons, except where the
+README's "Deliberate differences" say otherwise. Actions (create,
 pause, unpause, empty, delete, tombstone) go through each nsqadmin's JSON API, and their effect on
 the daemons is compared the same way.
 
@@ -34,19 +34,20 @@ ADMINS = {"go": GoAdminProcess, "ours": AdminProcess}
 
 
 class AdminCluster:
-    """nsqlookupd and two nsqd of one implementation (the first with e2e percentiles), and both nsqadmins
-    over them."""
+    """nsqlookupd and two nsqd of one implementation (with e2e percentiles), and both nsqadmins over them."""
 
     def __init__(self, kind: str, data_dir: Path):
         lookupd_class, nsqd_class = DAEMONS[kind]
         self.lookupd = lookupd_class("--broadcast-address=127.0.0.1")
         self.lookupd_http = f"127.0.0.1:{self.lookupd.http_port}"
         self.nsqds = []
-        for n, extra in enumerate([(E2E_PERCENTILES,), ()]):
+        for n in range(2):
             path = data_dir / f"{kind}-nsqd{n}"
             path.mkdir()
             self.nsqds.append(nsqd_class(f"--data-path={path}", "--broadcast-address=127.0.0.1",
-                                         f"--lookupd-tcp-address=127.0.0.1:{self.lookupd.tcp_port}", *extra))
+                                         f"--lookupd-tcp-address=127.0.0.1:{self.lookupd.tcp_port}", E2E_PERCENTILES))
+        # nsqd 0 is the one nsqadmin lists first in both clusters: rows of one hostname go by address
+        self.nsqds.sort(key=lambda nsqd: f"127.0.0.1:{nsqd.http_port}")
         self.admins = {admin: ADMINS[admin](f"--lookupd-http-address={self.lookupd_http}") for admin in ADMINS}
         self.consumers: list[Consumer] = []
 
