@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .admin_helpers import E2E_PERCENTILES, AdminProcess, Consumer
+from .admin_helpers import E2E_PERCENTILES, AdminProcess, Consumer, Tail
 from .go_nsq import GoAdminProcess, GoLookupdProcess, GoNsqdProcess, requires_go
 from .helpers import NsqdProcess
 from .lookupd_helpers import LookupdProcess
@@ -197,7 +197,11 @@ def test_nsqs_nsqadmin_reads_our_daemons_as_its_own(clusters, path):
     assert answer(clusters["ours"], "go", "GET", path) == answer(clusters["go"], "go", "GET", path)
 
 
-@pytest.mark.parametrize("path", READS)
+BEYOND_NSQ = ["/api/health", "/api/rollups?topic=orders&window=1m", "/api/rollups?topic=orders&channel=billing&window=1h",
+              "/api/rollups?window=1m", "/api/tail/orders"]  # routes of ours alone (README "Beyond NSQ")
+
+
+@pytest.mark.parametrize("path", READS + BEYOND_NSQ)
 def test_our_nsqadmin_reads_nsqs_daemons_as_ours(clusters, path):
     assert answer(clusters["go"], "ours", "GET", path) == answer(clusters["ours"], "ours", "GET", path)
 
@@ -439,3 +443,35 @@ def test_nsqs_pages_and_assets_answer_over_our_daemons(clusters):
             assert httpx.get(admin + asset, timeout=10).status_code == 200, asset
     assert pages["ours"] == pages["go"]
     assert 'var NSQLOOKUPD = ["127.0.0.1:<lookupd>",];' in pages["go"].pop()
+
+
+def test_our_live_tail_reads_nsqs_nsqd(clusters):
+    """Beyond NSQ: the live tail subscribes to Go's nsqd as to ours (an ephemeral channel on each nsqd of
+    the topic, every message finished), and Go's nsqd drops that channel when the tail closes."""
+    cluster = clusters["go"]
+    for nsqd in cluster.nsqds:
+        post(nsqd, "/topic/create?topic=tailed")
+        post(nsqd, "/channel/create?topic=tailed&channel=kept")
+    wait_until(lambda: registered(cluster, "tailed", 2, 1), what="tailed registered")
+    admin = AdminProcess(f"--lookupd-http-address={cluster.lookupd_http}", "--enable-live-tail")
+    try:
+        tail = Tail(admin.url, "tailed")
+        try:
+            channel = tail.ready["channel"]
+            assert sorted(tail.ready["nsqd"]) == sorted(nsqd.tcp_address for nsqd in cluster.nsqds)
+            for n, nsqd in enumerate(cluster.nsqds):
+                http(nsqd.http_port, "/pub?topic=tailed", body=b"tailed from nsqd%d" % n)
+            events = sorted(tail.messages(2), key=lambda event: event["body_text"])
+            assert [(event["body_text"], event["nsqd"]) for event in events] == \
+                [(f"tailed from nsqd{n}", nsqd.tcp_address) for n, nsqd in enumerate(cluster.nsqds)]
+        finally:
+            tail.close()
+        wait_until(lambda: all(channel not in channel_names(nsqd, "tailed") for nsqd in cluster.nsqds),
+                   what="Go's nsqd to drop the tail's ephemeral channel")
+    finally:
+        assert admin.stop() == 0
+
+
+def channel_names(nsqd, topic: str) -> list[str]:
+    stats = json.loads(http(nsqd.http_port, f"/stats?format=json&topic={topic}"))["topics"]
+    return [channel["channel_name"] for channel in stats[0]["channels"]] if stats else []
