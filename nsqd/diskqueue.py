@@ -225,8 +225,7 @@ class DiskQueue:
         except OSError:
             os.close(self._write_fd)
             self._write_fd = None
-            self.write_file_num += 1
-            self.write_pos = 0
+            self._next_write_file()
 
     def _open_write_file(self) -> int:
         if self._write_fd is None:
@@ -244,9 +243,17 @@ class DiskQueue:
         if self._write_fd is not None:
             self._unsynced_fds.append(self._write_fd)
             self._write_fd = None
+        self._next_write_file()
+        write_atomically(self.meta_file_name(), self.metadata_text().encode(), fsync=False)
+
+    def _next_write_file(self) -> None:
+        """Writing moves on to the next file. A reader in the one it leaves reads that to where
+        writing stopped (go-diskqueue's maxBytesPerFileRead), not to where it stood when the
+        reader last looked."""
+        if self.read_file_num == self.write_file_num:
+            self._read_end = self.write_pos
         self.write_file_num += 1
         self.write_pos = 0
-        write_atomically(self.meta_file_name(), self.metadata_text().encode(), fsync=False)
 
     # -- reading -----------------------------------------------------------------
 

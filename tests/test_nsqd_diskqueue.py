@@ -98,3 +98,15 @@ def test_peek_shows_the_next_record_without_taking_it(tmp_path):
     assert dq.peek() == payload(2)
     assert dq.read(5) == [payload(2)]
     assert dq.peek() is None
+
+
+def test_a_reader_that_caught_up_reads_the_rest_of_its_file_after_a_roll(tmp_path):
+    """The file being read was the write file; more was written to it, then the writer rolled:
+    the reader still reads the file to its end (go-diskqueue's maxBytesPerFileRead = writePos
+    at the roll), where it stopped at the size it had seen and lost the rest."""
+    dq = make(tmp_path, max_bytes=200)  # four 44-byte records per file
+    dq.put([payload(0), payload(1)])
+    assert dq.read(10) == [payload(0), payload(1)]
+    dq.put([payload(i) for i in range(2, 12)])
+    assert dq.read(100) == [payload(i) for i in range(2, 12)]
+    assert dq.depth == 0 and not dq.has_data()
