@@ -34,6 +34,11 @@ class MessageQueue:
     def has_backend_data(self) -> bool:
         return self.backend is not None and self.backend.has_data()
 
+    def has_messages(self) -> bool:
+        """Anything to take: the disk queue is asked for records, not for its depth, which after
+        a kill -9 can be short of them (go-diskqueue's metadata is written at its syncs)."""
+        return bool(self.messages) or self.has_backend_data()
+
     def put(self, messages: list[bytes]) -> None:
         """Queue new messages; raises OSError if the part for the disk could not be written."""
         room = self.capacity - len(self.messages)

@@ -70,7 +70,7 @@ class Topic:
         """Accept new messages; OSError if they could not all be stored."""
         messages = new_messages(self.nsqd.guid, timestamp_ns, bodies)
         fans_out = self._fans_out()
-        if fans_out and not len(self.queue):
+        if fans_out and not self.queue.has_messages():
             self._count(bodies)
             errors = []
             for channel in list(self.channels.values()):
@@ -106,7 +106,7 @@ class Topic:
         """Hand the backlog to the channels whenever there are channels to take it."""
         while True:
             self._backlog_changed = trio.Event()
-            if self._fans_out() and (len(self.queue) or self._held_deferred):
+            if self._fans_out() and (self.queue.has_messages() or self._held_deferred):
                 self._pump_batch()
                 await trio.sleep(0)
                 continue

@@ -345,6 +345,18 @@ async def test_metadata_older_than_the_data_files_loses_nothing(tmp_path):
     assert server.stop() == 0
 
 
+async def test_a_topic_hands_on_records_its_metadata_does_not_count(tmp_path):
+    """A topic's disk queue whose metadata is behind its data file (or missing, as here: killed
+    before its first sync) has a depth short of its records; the topic still hands every record
+    to its channels (it asks the queue for records, not for its depth)."""
+    write(tmp_path / "nsqd.dat", b'{"topics":[{"name":"t","paused":false,"channels":null}],"version":"1.3.0"}')
+    write(data_file(tmp_path, "t", 0), b"".join(record(payload(b"early %d" % n, hex_id(n))) for n in range(4)))
+    server = Server(tmp_path)
+    got = await drain(server.tcp_port, "t", "c", 4)
+    assert multiset(got) == Counter(b"early %d" % n for n in range(4))
+    assert server.stop() == 0
+
+
 # -- ephemeral topics and channels -------------------------------------------------------------
 
 async def test_ephemeral_topics_and_channels_stay_off_disk(tmp_path):
@@ -368,7 +380,9 @@ async def test_ephemeral_topics_and_channels_stay_off_disk(tmp_path):
         await channel_only.assert_no_frame(0.1)
         assert len(await drain(port, "lone#ephemeral", "c", 3)) == 3
         nsqd.stop()
-    assert sorted(os.listdir(tmp_path)) == ["durable.diskqueue.meta.dat", "nsqd.dat"]
+    # lone#ephemeral's durable channel c has a disk queue (as in NSQ), empty: the stop wrote its metadata
+    assert sorted(os.listdir(tmp_path)) == ["durable.diskqueue.meta.dat", "lone#ephemeral:c.diskqueue.meta.dat",
+                                            "nsqd.dat"]
     assert (tmp_path / "nsqd.dat").read_bytes() == b'{"topics":[{"name":"durable","paused":false,"channels":null}],' \
                                                    b'"version":"1.3.0"}'
 
