@@ -39,7 +39,9 @@ class Channel:
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
-        self.queue = MessageQueue(f"{topic.name}:{name}", topic.nsqd, self.ephemeral or topic.ephemeral)
+        # only the channel's own name decides (nsqd/channel.go): a durable channel of an ephemeral
+        # topic has a disk queue, which keeps its overflow and what it holds at a stop
+        self.queue = MessageQueue(f"{topic.name}:{name}", topic.nsqd, self.ephemeral)
         self._ready: deque = deque()
         self._deferred: list[tuple[float, int, bytes]] = []  # (deadline, order, message)
         self._deferred_order = itertools.count()
