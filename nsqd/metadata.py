@@ -72,24 +72,60 @@ def _extras(entry: dict, keys: tuple[str, ...], owner: str) -> dict:
     return extras
 
 
+# NSQ's Metadata structs (nsqd/nsqd.go), as Go's encoding/json fills them: a key names a field
+# whatever its case (the last such key wins), other keys are ignored, null leaves a string or
+# bool as it was and a list empty, and a value of another type fails the whole file.
+DOCUMENT_FIELDS = {"topics": list, "version": str}
+TOPIC_FIELDS = {"name": str, "paused": bool, "channels": list}
+CHANNEL_FIELDS = {"name": str, "paused": bool}
+JSON_KINDS = {dict: "object", list: "array", str: "string", bool: "bool", int: "number", float: "number"}
+
+
+def _go_struct(value, fields: dict[str, type], where: str) -> dict:
+    """The fields Go's json.Unmarshal would set from ``value`` (a decoded JSON value)."""
+    if value is None:
+        return {}
+    if type(value) is not dict:
+        raise ValueError(f"cannot unmarshal {JSON_KINDS[type(value)]} into {where}")
+    found = {}
+    for key, item in value.items():
+        field = key.lower()
+        if field not in fields:
+            continue
+        if item is None:
+            if fields[field] is list:
+                found.pop(field, None)
+            continue
+        if type(item) is not fields[field]:
+            raise ValueError(f"cannot unmarshal {JSON_KINDS[type(item)]} into {where}.{field}")
+        found[field] = item
+    return found
+
+
 def decode(data: bytes) -> list[TopicMeta]:
-    """Topics and channels from nsqd.dat; invalid names are skipped with a warning, as nsqd does."""
-    document = json.loads(data)
+    """Topics and channels from nsqd.dat, read as NSQ reads it; ValueError where NSQ fails. Invalid
+    names are skipped with a warning, as nsqd does."""
+    document = _go_struct(json.loads(data), DOCUMENT_FIELDS, "Metadata")
+    parsed = []  # the whole file first: a value of the wrong type anywhere fails it all, as in NSQ
+    for entry in document.get("topics", []):
+        topic = _go_struct(entry, TOPIC_FIELDS, "TopicMetadata")
+        channels = [(_go_struct(raw, CHANNEL_FIELDS, "ChannelMetadata"), raw) for raw in topic.get("channels", [])]
+        parsed.append((topic, entry, channels))
     topics = []
-    for entry in document.get("topics") or []:
-        name = entry.get("name", "")
+    for topic, entry, channels in parsed:
+        name = topic.get("name", "")
         if not is_valid_name(name):
             log.warning("skipping creation of invalid topic %s", name)
             continue
-        channels = []
-        for channel in entry.get("channels") or []:
+        valid = []
+        for channel, raw in channels:
             channel_name = channel.get("name", "")
             if not is_valid_name(channel_name):
                 log.warning("skipping creation of invalid channel %s", channel_name)
                 continue
-            channels.append(ChannelMeta(channel_name, bool(channel.get("paused", False)),
-                                        _extras(channel, CHANNEL_EXTRAS, f"{name}:{channel_name}")))
-        topics.append(TopicMeta(name, bool(entry.get("paused", False)), channels, _extras(entry, TOPIC_EXTRAS, name)))
+            valid.append(ChannelMeta(channel_name, channel.get("paused", False),
+                                     _extras(raw, CHANNEL_EXTRAS, f"{name}:{channel_name}")))
+        topics.append(TopicMeta(name, topic.get("paused", False), valid, _extras(entry, TOPIC_EXTRAS, name)))
     return topics
 
 
@@ -103,8 +139,8 @@ def load(data_path: str) -> list[TopicMeta]:
         return []
     try:
         return decode(data)
-    except (ValueError, AttributeError, TypeError) as exc:
-        raise ValueError(f"failed to parse metadata file {path}: {exc}") from exc
+    except ValueError as exc:
+        raise ValueError(f"failed to load metadata - failed to parse metadata in {path} - {exc}") from exc
 
 
 def save(data_path: str, topics: list[TopicMeta]) -> None:

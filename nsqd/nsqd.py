@@ -182,7 +182,8 @@ class NSQD:
         saved = metadata.load(self.data_path)
         for entry in saved:
             topic = self.get_topic(entry.name, from_metadata=True)
-            topic.paused = entry.paused
+            if entry.paused:  # only ever pauses, as in NSQ: a topic listed twice stays paused
+                topic.pause()
             self.message_ttl.load(topic, entry.extras)
             for channel_entry in entry.channels:
                 channel = topic.get_channel(channel_entry.name)

@@ -184,5 +184,5 @@ async def test_a_corrupt_nsqd_dat_stops_startup(tmp_path):
     (tmp_path / "nsqd.dat").write_bytes(b'{"topics":[{"name":')
     result = run_nsqd(tmp_path)
     assert result.returncode == 1
-    assert "failed to parse metadata file" in result.stderr
+    assert f"FATAL: failed to load metadata - failed to parse metadata in {tmp_path / 'nsqd.dat'} - " in result.stderr
     assert (tmp_path / "nsqd.dat").read_bytes() == b'{"topics":[{"name":'  # left for the operator
