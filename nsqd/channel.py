@@ -224,10 +224,10 @@ class Channel:
         self._forget_ready_clients()
 
     def close(self) -> None:
-        """Write what is still held (queued, deferred, in flight) to disk and sync (nsqd's exit)."""
-        held = [message for _, _, message in sorted(self._deferred)]
-        for client in self.clients.values():
-            held += [msg.requeued() for msg in client.take_in_flight()]
+        """Write what is still held to disk and sync (nsqd's exit), in NSQ's order (channel.go's
+        flush): queued, in flight, deferred."""
+        held = [msg.requeued() for client in self.clients.values() for msg in client.take_in_flight()]
+        held += [message for _, _, message in sorted(self._deferred)]
         self._deferred.clear()
         self.queue.close(held)
 

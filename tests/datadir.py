@@ -16,11 +16,14 @@ import struct
 import time
 from collections import Counter
 
+import httpx
 import pytest
 import trio
 
+from common.frames import FRAME_TYPE_ERROR
 from common.message import HEADER_LENGTH, Message, decode_message
 
+from .go_nsq import GoNsqdProcess
 from .helpers import NsqdProcess, RawClient
 
 LENGTH = struct.Struct(">i")
@@ -168,7 +171,8 @@ def kill_leftover_servers():
 
 
 class Server(NsqdProcess):
-    """A real nsqd on --data-path, with its HTTP port (read from its log)."""
+    """A real nsqd on --data-path, with its HTTP port (read from its log): this project's, or
+    NSQ's with ``GoServer``."""
 
     def __init__(self, data_path, *flags: str):
         self.data_path = str(data_path)
@@ -187,12 +191,17 @@ class Server(NsqdProcess):
         assert self.signal(signal.SIGKILL) == -signal.SIGKILL
 
 
+class GoServer(Server):
+    """NSQ v1.3.0's nsqd on --data-path (tests/go_nsq.py finds it)."""
+
+    command = GoNsqdProcess.command
+
 
 def restart(server: Server, *flags: str, signum: int = signal.SIGTERM) -> Server:
-    """Stop gracefully (exit 0 expected) and start again on the same data directory."""
+    """Stop gracefully (exit 0 expected) and start the same program again on the same data directory."""
     code = server.signal(signum)
     assert code == 0, f"exit code {code}:\n{server.log()}"
-    return Server(server.data_path, *flags)
+    return type(server)(server.data_path, *flags)
 
 
 def bodies(prefix: str, count: int) -> list[bytes]:
@@ -252,3 +261,187 @@ async def wait_until(predicate, timeout: float = 5.0, what: str = "condition") -
             await trio.sleep(0.02)
         return
     raise AssertionError(f"timed out waiting for {what}")
+
+
+# -- two nsqd on one data directory: what each shows and delivers --------------------------
+
+DRAIN_CHANNEL = "drain"  # what ``drain_everything`` subscribes to on a topic without channels
+TOPIC_COUNTS = ("paused", "depth", "backend_depth", "message_count")
+CHANNEL_COUNTS = ("paused", "depth", "backend_depth", "in_flight_count", "deferred_count", "message_count",
+                  "requeue_count", "timeout_count")
+
+
+def http_post(server: Server, path: str, **params: str) -> None:
+    answer = httpx.post(server.http + path, params=params, timeout=10)
+    assert answer.status_code == 200, (path, params, answer.status_code, answer.text)
+
+
+def stats(server: Server) -> dict:
+    return httpx.get(server.http + "/stats", params={"format": "json"}, timeout=10).json()
+
+
+def queues_view(server: Server) -> dict:
+    """/stats reduced to what two nsqd on the same data directory must agree on:
+    {topic: {counts..., "channels": {channel: {counts...}}}}."""
+    view = {}
+    for topic in stats(server)["topics"]:
+        entry = {key: topic[key] for key in TOPIC_COUNTS}
+        entry["channels"] = {channel["channel_name"]: {key: channel[key] for key in CHANNEL_COUNTS}
+                             for channel in topic["channels"]}
+        view[topic["topic_name"]] = entry
+    return view
+
+
+def settled(view: dict) -> bool:
+    """Every topic that can hand its messages to channels has done so."""
+    return all(topic["depth"] == 0 for topic in view.values() if topic["channels"] and not topic["paused"])
+
+
+async def settled_view(server: Server) -> dict:
+    """``queues_view`` once the topics' pumps have moved what they can (right after a start)."""
+    with trio.fail_after(10):
+        while not settled(view := queues_view(server)):
+            await trio.sleep(0.02)
+    return view
+
+
+def unpause_everything(server: Server, view: dict) -> None:
+    for topic, entry in view.items():
+        if entry["paused"]:
+            http_post(server, "/topic/unpause", topic=topic)
+        for channel, counts in entry["channels"].items():
+            if counts["paused"]:
+                http_post(server, "/channel/unpause", topic=topic, channel=channel)
+
+
+async def take_all(port: int, topic: str, channel: str, at_least: int, quiet: float) -> list[Message]:
+    """Every message the channel delivers, each FINished: ``at_least`` of them, however long they
+    take, then any more until none has come for ``quiet`` seconds (unbuffered, so none waits)."""
+    client = await RawClient.connect(port)
+    await client.identify(output_buffer_timeout=-1, output_buffer_size=-1)
+    await client.sub(topic, channel, rdy=2500)
+    messages = []
+    while True:
+        with trio.move_on_after(quiet if len(messages) >= at_least else 15):
+            frame = await client.read_frame(timeout=20)
+            if frame.frame_type == FRAME_TYPE_ERROR:
+                # a second copy of an ID (read again after a kill -9) cannot be finished twice
+                assert frame.data.startswith(b"E_FIN_FAILED"), frame
+                continue
+            msg = decode_message(frame.data)
+            messages.append(msg)
+            await client.send(b"FIN " + msg.id + b"\n")
+            continue
+        break
+    await client.close()
+    return messages
+
+
+async def drain_everything(server: Server, view: dict, more: dict[tuple[str, str], int] = {},
+                           quiet: float = 0.5) -> dict[tuple[str, str], Counter]:
+    """Unpause everything, take every message of every channel (of ``DRAIN_CHANNEL`` where a
+    topic has none) and of the (topic, channel) pairs in ``more``, all at once: {(topic,
+    channel): Counter of (id, body, timestamp, attempts)}. Each channel has at least its depth
+    in ``view`` (the nsqd just started: nothing in flight or deferred; a disk queue's depth can
+    be short after a kill -9, never long), plus its topic's, plus what ``more`` says."""
+    unpause_everything(server, view)
+    at_least = dict.fromkeys(more, 0)
+    for topic, entry in view.items():
+        for channel, counts in (entry["channels"] or {DRAIN_CHANNEL: {"depth": 0}}).items():
+            at_least[topic, channel] = max(counts["depth"], 0) + max(entry["depth"], 0)
+    for key, count in more.items():
+        at_least[key] += count
+    taken: dict[tuple[str, str], Counter] = {}
+
+    async def take(key: tuple[str, str]) -> None:
+        taken[key] = Counter(await take_all(server.tcp_port, *key, at_least[key], quiet))
+
+    async with trio.open_nursery() as nursery:
+        for key in at_least:
+            nursery.start_soon(take, key)
+    return taken
+
+
+def bodies_and_attempts(delivered: dict[tuple[str, str], Counter]) -> dict[tuple[str, str], Counter]:
+    """Delivered messages reduced to (body, attempts), per (topic, channel)."""
+    reduced = {}
+    for key, messages in delivered.items():
+        reduced[key] = Counter()
+        for msg, count in messages.items():
+            reduced[key][msg.body, msg.attempts] += count
+    return reduced
+
+
+def normalised_nsqd_dat(data: bytes) -> bytes:
+    """nsqd.dat with its topics, and each topic's channels, in name order (NSQ writes them in its
+    maps' random order), after checking it is written as Go's json.Marshal writes it."""
+    document = json.loads(data)
+    assert json.dumps(document, separators=(",", ":")).encode() == data, f"not in Go's encoding: {data!r}"
+    for topic in document["topics"] or []:
+        if topic["channels"]:
+            topic["channels"].sort(key=lambda channel: channel["name"])
+    if document["topics"]:
+        document["topics"].sort(key=lambda topic: topic["name"])
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def nsqd_dat_layout(data_path) -> dict[str, tuple[bool, dict[str, bool]]]:
+    """nsqd.dat as NSQ reads it: {topic: (paused, {channel: paused})}."""
+    return {name: (paused, dict(channels)) for name, paused, channels in go_metadata(nsqd_dat(data_path))}
+
+
+def directory_summary(data_path) -> dict[str, object]:
+    """Every file of a data directory as two nsqd doing the same writes and reads must leave it:
+    nsqd.dat normalised, disk queue metadata byte for byte, data files by size and by their
+    records' (attempts, body), sorted (IDs and timestamps are each nsqd's own, and NSQ writes the
+    messages in flight at a stop in its map's random order)."""
+    summary: dict[str, object] = {}
+    for name in sorted(os.listdir(data_path)):
+        with open(os.path.join(data_path, name), "rb") as handle:
+            data = handle.read()
+        if name == "nsqd.dat":
+            summary[name] = normalised_nsqd_dat(data)
+        elif name.endswith(".diskqueue.meta.dat"):
+            summary[name] = data
+        else:
+            records = sorted((msg.attempts, msg.body) for msg in map(decode_message, parse_records(data)))
+            summary[name] = (len(data), records)
+    return summary
+
+
+def metadata_current(server: Server) -> bool:
+    """Every disk queue's metadata file says the depth /stats says (the sync after the last write
+    or read has been written)."""
+    for topic, entry in queues_view(server).items():
+        queues = {topic: entry["backend_depth"]}
+        queues.update({f"{topic}:{channel}": counts["backend_depth"] for channel, counts in entry["channels"].items()})
+        for queue, depth in queues.items():
+            if queue_files(server.data_path, queue) and (
+                    not os.path.exists(meta_file(server.data_path, queue))
+                    or parse_meta(meta_file(server.data_path, queue))[0] != depth):
+                return False
+    return True
+
+
+def unlisted_records(data_path) -> dict[str, list[Message]]:
+    """The records of every disk queue that has data but no metadata file (an nsqd killed before
+    its first sync): {queue: messages}. NSQ's nsqd reads such a queue as empty (and writes over
+    it); ours reads them (README, Deliberate differences)."""
+    found = {}
+    for name in sorted(os.listdir(data_path)):
+        match = re.fullmatch(r"(.+)\.diskqueue\.000000\.dat", name)
+        if match and not os.path.exists(meta_file(data_path, match.group(1))):
+            with open(os.path.join(data_path, name), "rb") as handle:
+                found[match.group(1)] = [decode_message(record) for record in parse_records(handle.read())]
+    return found
+
+
+def differences(left: dict, right: dict) -> dict:
+    """{key: (only in left, only in right)} for every key whose Counters differ: what a failed
+    comparison of two nsqd's deliveries prints."""
+    found = {}
+    for key in left.keys() | right.keys():
+        mine, theirs = left.get(key, Counter()), right.get(key, Counter())
+        if mine != theirs:
+            found[key] = (mine - theirs, theirs - mine)
+    return found
