@@ -237,6 +237,12 @@ async def subscribe(port: int, topic: str, channel: str, rdy: int = 0) -> RawCli
     return client
 
 
+async def create_channel(port: int, topic: str, channel: str) -> None:
+    """SUB then leave: the (non-ephemeral) channel stays, without consumers."""
+    client = await subscribe(port, topic, channel)
+    await client.close()
+
+
 async def receive(client: RawClient, count: int, timeout: float = 5.0) -> list[Message]:
     return [await client.read_message(timeout) for _ in range(count)]
 

@@ -21,10 +21,10 @@ from nsqd.options import default_options
 
 from .datadir import kill_leftover_servers  # noqa: F401 (an autouse fixture)
 from .datadir import (
-    DRAIN_CHANNEL, GoServer, RawClient, Server, bodies, bodies_and_attempts, decode_message, differences,
-    directory_summary, dpub, drain_everything, go_encoding, http_post, meta_file, meta_text, metadata_current, mpub,
-    normalised_nsqd_dat, nsqd_dat, nsqd_dat_layout, parse_meta, payload, publish, queue_files, queues_view, receive,
-    record, settled_view, subscribe, take_all, unlisted_records, wait_until,
+    DRAIN_CHANNEL, GoServer, RawClient, Server, bodies, bodies_and_attempts, create_channel, decode_message,
+    differences, directory_summary, dpub, drain_everything, go_encoding, http_post, meta_file, meta_text,
+    metadata_current, mpub, normalised_nsqd_dat, nsqd_dat, nsqd_dat_layout, parse_meta, payload, publish,
+    queue_files, queues_view, receive, record, settled_view, subscribe, take_all, unlisted_records, wait_until,
 )
 from .go_nsq import requires_go
 
@@ -61,12 +61,6 @@ class Written:
     async def close(self) -> None:
         for client in self.clients:
             await client.close()
-
-
-async def create_channel(port: int, topic: str, channel: str) -> None:
-    """SUB then leave: the (non-ephemeral) channel stays, without consumers."""
-    client = await subscribe(port, topic, channel)
-    await client.close()
 
 
 async def mpublish(port: int, topic: str, messages: list[bytes]) -> None:

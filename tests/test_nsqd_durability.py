@@ -21,16 +21,10 @@ from nsqd.options import default_options
 
 from .datadir import kill_leftover_servers  # noqa: F401 (an autouse fixture)
 from .datadir import (
-    Server, bodies, check_message, data_file, dpub, drain, meta_file, meta_text, multiset, parse_meta,
+    Server, bodies, check_message, create_channel, data_file, dpub, drain, meta_file, meta_text, multiset, parse_meta,
     payload, publish, queue_files, queued_messages, receive, record, restart, subscribe, wait_until,
 )
 from .helpers import RawClient
-
-
-async def create_channel(port: int, topic: str, channel: str) -> None:
-    """SUB then leave: the (non-ephemeral) channel stays, without consumers."""
-    client = await subscribe(port, topic, channel)
-    await client.close()
 
 
 # -- graceful restarts -------------------------------------------------------------------------
