@@ -10,6 +10,7 @@ those must be what NSQ's guarantees promise.
 
 import os
 import shutil
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -426,6 +427,28 @@ async def test_a_hand_made_directory_with_empty_large_and_retried_bodies(tmp_pat
     assert go_delivered["hand", "c"] == Counter(msg._replace(attempts=(msg.attempts + 1) % 65536) for msg in expected)
 
 
+@pytest.mark.parametrize("damage", [struct.pack(">i", 5), struct.pack(">i", -1), struct.pack(">i", 500) + b"cut"],
+                         ids=["too-short", "negative", "cut-off"])
+async def test_a_corrupt_file_is_set_aside_alike(tmp_path, damage):
+    """A record that cannot be read (a length below a message's header, a negative one, a record
+    cut short): both rename its file ``.bad``, skip to the next and deliver the rest alike."""
+    good = [payload(b"before", b"00000000000000b0"), payload(b"after-0", b"00000000000000b1"),
+            payload(b"after-1", b"00000000000000b2")]
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "bad:c.diskqueue.000000.dat").write_bytes(record(good[0]) + damage)
+    (data / "bad:c.diskqueue.000001.dat").write_bytes(record(good[1]) + record(good[2]))
+    (data / "bad:c.diskqueue.meta.dat").write_text(meta_text(3, (0, 0), (1, 2 * len(record(good[1])))))
+    (data / "nsqd.dat").write_bytes(go_encoding([("bad", False, [("c", False)])]))
+    copy = copy_of(data, tmp_path)
+    (ours_view, ours_delivered), (go_view, go_delivered) = await observe_both(Server(data), GoServer(copy))
+    assert ours_view == go_view
+    assert ours_delivered == go_delivered
+    assert sorted(msg.body for msg in go_delivered["bad", "c"]) == [b"after-0", b"after-1", b"before"]
+    assert sorted(os.listdir(data)) == sorted(os.listdir(copy))
+    assert (data / "bad:c.diskqueue.000000.dat.bad").exists()
+
+
 # -- nsqd.dat -----------------------------------------------------------------------------------------
 
 async def test_nsqd_dat_is_the_same_from_both(tmp_path):
@@ -497,6 +520,9 @@ NSQD_DATS = {
     "a-key-twice": b'{"topics":[{"name":"x","paused":true,"name":"a"}]}',
     "unknown-keys": b'{"topics":[{"name":"a","owner":{"x":[1]},"channels":[{"name":"c","extra":null}]}],"more":1}',
     "spaces": b' \n{ "topics" : [ { "name" : "a" , "paused" : true } ] }\n',
+    "ephemeral-names": b'{"topics":[{"name":"e#ephemeral","channels":[{"name":"c"},{"name":"d#ephemeral"}]},'
+                       b'{"name":"f","channels":[{"name":"g#ephemeral","paused":true}]}]}',
+    "name-lengths": b'{"topics":[{"name":"%s"},{"name":"%s"}]}' % (b"a" * 64, b"b" * 65),
 }
 
 
