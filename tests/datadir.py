@@ -398,9 +398,10 @@ def nsqd_dat_layout(data_path) -> dict[str, tuple[bool, dict[str, bool]]]:
 
 def directory_summary(data_path) -> dict[str, object]:
     """Every file of a data directory as two nsqd doing the same writes and reads must leave it:
-    nsqd.dat normalised, disk queue metadata byte for byte, data files by size and by their
-    records' (attempts, body), sorted (IDs and timestamps are each nsqd's own, and NSQ writes the
-    messages in flight at a stop in its map's random order)."""
+    nsqd.dat normalised, disk queue metadata byte for byte, data files by size and record count,
+    and each queue's records' (attempts, body), sorted (IDs and timestamps are each nsqd's own, and
+    NSQ writes the messages in flight at a stop in its map's random order, so which file holds
+    which of them varies)."""
     summary: dict[str, object] = {}
     for name in sorted(os.listdir(data_path)):
         with open(os.path.join(data_path, name), "rb") as handle:
@@ -410,8 +411,10 @@ def directory_summary(data_path) -> dict[str, object]:
         elif name.endswith(".diskqueue.meta.dat"):
             summary[name] = data
         else:
-            records = sorted((msg.attempts, msg.body) for msg in map(decode_message, parse_records(data)))
-            summary[name] = (len(data), records)
+            messages = [decode_message(record) for record in parse_records(data)]
+            summary[name] = (len(data), len(messages))
+            queue = "records of " + name.split(".diskqueue.")[0]
+            summary[queue] = sorted([*summary.get(queue, []), *((msg.attempts, msg.body) for msg in messages)])
     return summary
 
 
