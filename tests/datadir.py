@@ -277,13 +277,18 @@ CHANNEL_COUNTS = ("paused", "depth", "backend_depth", "in_flight_count", "deferr
                   "requeue_count", "timeout_count")
 
 
+# one client for every request (httpx.get and .post make a client, and its TLS context, each time:
+# ~10 ms of CPU, which tests that poll /stats would spend on every poll)
+HTTP = httpx.Client(timeout=10)
+
+
 def http_post(server: Server, path: str, **params: str) -> None:
-    answer = httpx.post(server.http + path, params=params, timeout=10)
+    answer = HTTP.post(server.http + path, params=params)
     assert answer.status_code == 200, (path, params, answer.status_code, answer.text)
 
 
 def stats(server: Server) -> dict:
-    return httpx.get(server.http + "/stats", params={"format": "json"}, timeout=10).json()
+    return HTTP.get(server.http + "/stats", params={"format": "json"}).json()
 
 
 def queues_view(server: Server) -> dict:

@@ -559,8 +559,8 @@ async def test_without_nsqd_dat_queues_come_back_when_their_topic_and_channel_do
         server = program(path, *NO_TIMEOUTS, *FLAG_SETS["spill"])
         assert queues_view(server) == {}
         assert nsqd_dat(path) == b'{"topics":null,"version":"1.3.0"}'
-        delivered[program] = {key: Counter(await take_all(server.tcp_port, *key, written.after_stop[key].total(), 0.5))
-                              for key in [("orders", "billing"), ("held", "c")]}
+        wanted = {key: written.after_stop[key].total() for key in [("orders", "billing"), ("held", "c")]}
+        delivered[program] = await drain_everything(server, {}, wanted)
     assert delivered[Server] == delivered[GoServer]
     assert bodies_and_attempts(delivered[GoServer]) == {
         ("orders", "billing"): written.after_stop["orders", "billing"], ("held", "c"): once(bodies("held", 15))}
