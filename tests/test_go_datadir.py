@@ -312,7 +312,7 @@ async def test_a_queue_killed_before_its_first_sync_is_read_by_ours_and_not_by_g
     writes over them). Ours reads them: a deliberate difference (README)."""
     data = tmp_path / "data"
     data.mkdir()
-    server = GoServer(data, "--mem-queue-size=0")
+    server = GoServer(data, "--mem-queue-size=0", "--sync-timeout=1h")  # the first sync never comes
     await publish(server.tcp_port, "early", bodies("early", 5))
     server.kill()
     assert queue_files(data, "early") == ["early.diskqueue.000000.dat"]
