@@ -19,6 +19,9 @@ Theory of operation (nsqd/protocol_v2.go):
   out as one :class:`FinRun` event, which the server finishes as a batch; any other
   form of FIN (``\\r\\n``, extra parameters, a bad ID) is a :class:`Fin` as always, so
   the same bytes give the same answers.
+* With ``mpub_topics`` (nsqd's choice), an MPUB whose topic name is valid first comes out as
+  an :class:`MpubTopic` event, as soon as its line is read: NSQ's MPUB gets (creates) the topic
+  before it reads the body, so the topic exists even when the body turns out bad or never comes.
 """
 
 import re
@@ -37,6 +40,8 @@ MAX_LINE_LENGTH = 16 * 1024  # newline included: nsqd reads lines through a 16 K
 _SIZE = struct.Struct(">i")
 _FIN_RUN = re.compile(rb"(?:FIN [^ \r\n]{16}\n)+")
 _FIN_LINE = 21
+_UINT64 = 1 << 64
+_NS_PER_MS = 1_000_000
 
 
 class State(IntEnum):
@@ -47,6 +52,16 @@ class State(IntEnum):
     CONNECTED = 2
     SUBSCRIBED = 3
     CLOSING = 4
+
+
+# A command's body cut off by the end of the connection: its error code, and what nsqd failed to read.
+_BODY_READ_ERRORS = {
+    "IDENTIFY": ("E_BAD_BODY", "body"),
+    "AUTH": ("E_BAD_BODY", "body"),
+    "MPUB": ("E_BAD_BODY", "body"),
+    "PUB": ("E_BAD_MESSAGE", "message body"),
+    "DPUB": ("E_BAD_MESSAGE", "message body"),
+}
 
 
 class Limits(NamedTuple):
@@ -60,6 +75,12 @@ class FinRun(NamedTuple):
     """Consecutive FIN commands, in order (the parser's ``fin_runs`` mode)."""
 
     ids: list[bytes]
+
+
+class MpubTopic(NamedTuple):
+    """The topic of an MPUB whose body is still to be read (the parser's ``mpub_topics`` mode)."""
+
+    topic: str
 
 
 class _NeedData:
@@ -80,10 +101,23 @@ def _text(raw: bytes) -> str:
 
 
 def _base10(raw: bytes) -> int | None:
-    """NSQ's ByteToBase10: ASCII digits only (no sign), empty means 0."""
+    """NSQ's ByteToBase10: ASCII digits only (no sign), empty means 0, a Go uint64 (so a number
+    past 2**64 - 1 wraps around)."""
     if not raw:
         return 0
-    return int(raw) if raw.isdigit() and raw.isascii() else None
+    return int(raw) % _UINT64 if raw.isdigit() and raw.isascii() else None
+
+
+def _int64(value: int) -> int:
+    """Go's int64 of a uint64, or of an int64 product that overflowed: the low 64 bits, signed."""
+    value %= _UINT64
+    return value - _UINT64 if value >= _UINT64 // 2 else value
+
+
+def _duration_ms(ms: int) -> float:
+    """Go's ``time.Duration(ms) * time.Millisecond`` (int64 nanoseconds, wrapping), in ms."""
+    ns = _int64(ms * _NS_PER_MS)
+    return ns // _NS_PER_MS if ns % _NS_PER_MS == 0 else ns / _NS_PER_MS
 
 
 def _invalid(description: str) -> ClientError:
@@ -94,9 +128,11 @@ class CommandParser:
     """Incremental, bounded parser of one client connection's byte stream."""
 
     def __init__(self, limits: Limits = Limits(), expect_magic: bool = True, tls_required: bool = False,
-                 fin_runs: bool = False):
+                 fin_runs: bool = False, mpub_topics: bool = False):
         self.limits = limits
         self.fin_runs = fin_runs
+        self.mpub_topics = mpub_topics
+        self._topic_announced = False  # the MpubTopic of the command being parsed is out
         self.state = State.INIT
         self.tls_required = tls_required
         self._magic_pending = expect_magic
@@ -159,6 +195,33 @@ class CommandParser:
         self._buf, self._pos, self._avail, self._need = b"", 0, 0, 0
         self._pending.clear()
 
+    def receive_eof(self) -> ClientError | None:
+        """What nsqd answers when the client's side of the connection ends in the middle of a
+        command: it reads a body's size and the body with io.ReadFull, and says so when that
+        fails. Nothing buffered, or a line without its newline, ends in silence (None)."""
+        if self._magic_pending:
+            return None
+        buf = b"".join([self._buf[self._pos :], *self._pending])
+        newline = buf.find(b"\n")
+        if newline < 0:
+            return None
+        end = newline - 1 if newline > 0 and buf[newline - 1] == 13 else newline
+        name = buf[:end].split(b" ")[0].decode("ascii", "replace")
+        body_start = newline + 1
+        if name == "MPUB" and len(buf) >= body_start + 4:
+            try:  # nsqd reads the messages from the connection, whatever size the body said
+                mpub_bodies(buf, body_start + 4, len(buf), self.limits.max_body_size, self.limits.max_msg_size,
+                            exact=False)
+            except ClientError as err:
+                return err
+            return None
+        if name not in _BODY_READ_ERRORS:
+            return None
+        code, what = _BODY_READ_ERRORS[name]
+        if len(buf) < body_start + 4:
+            return ClientError(code, f"{name} failed to read {what} size")
+        return ClientError(code, f"{name} failed to read {what}")
+
     def next_event(self):
         """The next whole command, or NEED_DATA. Raises ClientError on bad input."""
         if self._need:
@@ -198,6 +261,7 @@ class CommandParser:
             self._consume(newline + 1)  # RDY after CLS is ignored, as in nsqd
 
     def _consume(self, new_pos: int) -> None:
+        self._topic_announced = False
         self._avail -= new_pos - self._pos
         self._pos = new_pos
 
@@ -264,7 +328,8 @@ class CommandParser:
             count = _base10(params[1])
             if count is None:
                 raise _invalid(f"RDY could not parse count {_text(params[1])}")
-        if count > self.limits.max_rdy_count:
+            count = _int64(count)
+        if not 0 <= count <= self.limits.max_rdy_count:
             raise _invalid(f"RDY count {count} out of range 0-{self.limits.max_rdy_count}")
         self._consume(body_start)
         return Rdy(count)
@@ -295,7 +360,8 @@ class CommandParser:
         if timeout is None:
             raise _invalid(f"REQ could not parse timeout {_text(params[2])}")
         self._consume(body_start)
-        return Req(msg_id, min(timeout, self.limits.max_req_timeout_ms))
+        # nsqd clamps (and logs) a timeout out of range, a negative one (wrapped) to 0
+        return Req(msg_id, min(max(_duration_ms(timeout), 0), self.limits.max_req_timeout_ms))
 
     def _cls(self, params, body_start):
         self._consume(body_start)
@@ -321,17 +387,21 @@ class CommandParser:
         defer_ms = _base10(params[2])
         if defer_ms is None:
             raise _invalid(f"DPUB could not parse timeout {_text(params[2])}")
-        if defer_ms > self.limits.max_req_timeout_ms:
+        delay_ms = _duration_ms(defer_ms)
+        if not 0 <= delay_ms <= self.limits.max_req_timeout_ms:
             raise _invalid(f"DPUB timeout {defer_ms} out of range 0-{self.limits.max_req_timeout_ms}")
         body = self._body(body_start, "DPUB", "E_BAD_MESSAGE", self.limits.max_msg_size)
         if body is NEED_DATA:
             return body
-        return Dpub(topic, defer_ms, body)
+        return Dpub(topic, delay_ms, body)
 
     def _mpub(self, params, body_start):
         if len(params) < 2:
             raise _invalid("MPUB insufficient number of parameters")
         topic = self._topic(params, "MPUB", code_prefix="E_BAD_TOPIC ")
+        if self.mpub_topics and not self._topic_announced:
+            self._topic_announced = True
+            return MpubTopic(topic)
         buf = self._buf
         if len(buf) < body_start + 4:
             return self._wait(body_start + 4 - self._pos)
@@ -349,8 +419,10 @@ class CommandParser:
         return Mpub(topic, bodies)
 
 
-def mpub_bodies(buf: bytes, start: int, end: int, max_body_size: int, max_msg_size: int) -> list[bytes]:
-    """The messages of an MPUB body ``buf[start:end]``: ``[int32 n]`` then n x ``[int32 size][bytes]``."""
+def mpub_bodies(buf: bytes, start: int, end: int, max_body_size: int, max_msg_size: int,
+                exact: bool = True) -> list[bytes]:
+    """The messages of an MPUB body ``buf[start:end]``: ``[int32 n]`` then n x ``[int32 size][bytes]``;
+    with ``exact``, bytes left after the n messages are an error."""
     if end - start < 4:
         raise ClientError("E_BAD_BODY", "MPUB failed to read message count")
     count = _SIZE.unpack_from(buf, start)[0]
@@ -372,12 +444,13 @@ def mpub_bodies(buf: bytes, start: int, end: int, max_body_size: int, max_msg_si
             raise ClientError("E_BAD_MESSAGE", "MPUB failed to read message body")
         bodies.append(buf[pos : pos + size])
         pos += size
-    if pos != end:
+    if exact and pos != end:
         # nsqd would parse these leftover bytes as the next command; refuse instead.
         raise ClientError("E_BAD_BODY", f"MPUB body size {end - start} does not match its {count} messages ({pos - start} bytes)")
     return bodies
 
 
 def parse_mpub_body(body: bytes, max_body_size: int, max_msg_size: int) -> list[bytes]:
-    """An MPUB body on its own (HTTP ``/mpub?binary=true``)."""
-    return mpub_bodies(body, 0, len(body), max_body_size, max_msg_size)
+    """An MPUB body on its own (HTTP ``/mpub?binary=true``): bytes after the messages are
+    ignored, as nsqd reads the messages from the request body and leaves the rest unread."""
+    return mpub_bodies(body, 0, len(body), max_body_size, max_msg_size, exact=False)

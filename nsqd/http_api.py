@@ -19,7 +19,8 @@ from common.names import is_valid_name
 from common.protocol_v2 import parse_mpub_body
 from serving.daemon import option_value
 from serving.http import Request, Response
-from serving.v1 import BOOL_PARAMS, TEXT_TYPE, V1_HEADER, HTTPError, parse_query, v1_error, v1_ok
+from serving.httprouter import Allowed, Found, MethodNotAllowed, Redirect, Router, redirect_parts
+from serving.v1 import BOOL_PARAMS, JSON_TYPE, TEXT_TYPE, V1_HEADER, HTTPError, parse_query, v1_error, v1_ok
 
 from . import metrics, stats
 from .dead_letter import parse_limit as parse_max_attempts
@@ -54,9 +55,11 @@ class HTTPAPI:
             ("POST", "/channel/pause"): self.channel_pause,
             ("POST", "/channel/unpause"): self.channel_pause,
             ("POST", "/channel/max_attempts"): self.channel_max_attempts,
+            ("GET", "/config/:opt"): self.config,
+            ("PUT", "/config/:opt"): self.config,
             ("POST", "/debug/freememory"): self.free_memory,
         }
-        self.paths = {path for _, path in self.routes}
+        self.router = Router(self.routes)
         self.access = HTTPAuth(nsqd) if nsqd.opts.http_auth_required else None
 
     def body_limit(self, method: str, path: str) -> int:
@@ -66,12 +69,14 @@ class HTTPAPI:
         return opts.max_body_size if path == "/mpub" else opts.max_msg_size
 
     async def __call__(self, request: Request) -> Response:
-        handler = self.routes.get((request.method, request.path))
         try:
             shown_topics = await self.access.authorize(request) if self.access is not None else None
-            if handler is None:
-                return self._unrouted(request)
-            response = handler(request) if shown_topics is None else handler(request, shown_topics)
+            route = self.router.route(request.method, request.path, request.query)
+            if not isinstance(route, Found):
+                return _unrouted(route, request.method)
+            handler = self.routes[(request.method, route.pattern)]
+            args = (*route.params.values(),) if shown_topics is None else (*route.params.values(), shown_topics)
+            response = handler(request, *args)
             return await response if inspect.isawaitable(response) else response
         except HTTPError as err:
             response = v1_error(err.status, err.text)
@@ -81,16 +86,6 @@ class HTTPAPI:
         except Exception:
             log.exception("HTTP: error in %s %s", request.method, request.path)
             return v1_error(500, "INTERNAL_ERROR")
-
-    def _unrouted(self, request: Request) -> Response:
-        option = request.path[len("/config/"):] if request.path.startswith("/config/") else ""
-        if option and "/" not in option:
-            if request.method in ("GET", "PUT"):
-                return self.config(request, option)
-            return v1_error(405, "METHOD_NOT_ALLOWED")
-        if request.path in self.paths:
-            return v1_error(405, "METHOD_NOT_ALLOWED")
-        return v1_error(404, "NOT_FOUND")
 
     # -- health and info ------------------------------------------------------------
 
@@ -321,8 +316,23 @@ class HTTPAPI:
             set_option(self.nsqd, option, body)
         value = option_value(FLAGS, opts, option)
         if value is None:
-            raise HTTPError(400, "INVALID_OPTION")
+            if option != "nsqlookupd_tcp_addresses":
+                raise HTTPError(400, "INVALID_OPTION")
+            return Response(200, b"null", [V1_HEADER, JSON_TYPE])  # after a PUT of null, as Go's nil slice
         return v1_ok(value)
+
+
+def _unrouted(route, method: str) -> Response:
+    """httprouter's answers where no route takes the request (serving/httprouter.py)."""
+    if isinstance(route, Redirect):
+        return Response(*redirect_parts(route, method))
+    if isinstance(route, Allowed):
+        return Response(200, b"", [("Allow", route.allow)])
+    if isinstance(route, MethodNotAllowed):
+        response = v1_error(405, "METHOD_NOT_ALLOWED")
+        response.headers.append(("Allow", route.allow))
+        return response
+    return v1_error(404, "NOT_FOUND")
 
 
 def _setting(query: dict[str, list[str]], name: str, parse):
@@ -363,6 +373,10 @@ def set_lookupd_addresses(nsqd, body: bytes) -> None:
     """A JSON array of ``host:port``; the lookupd peers are reconciled with it at once."""
     try:
         addresses = json.loads(body)
+        if addresses is None:  # Go's json.Unmarshal of null into a slice: none (shown as null)
+            nsqd.opts.lookupd_tcp_address = None
+            nsqd.lookup.set_addresses([])
+            return
         if not isinstance(addresses, list) or not all(isinstance(item, str) for item in addresses):
             raise ValueError("not a list of strings")
         for address in addresses:

@@ -140,6 +140,7 @@ class NSQD:
             server = HTTPServer(handler, max_body_size=max(self.opts.max_body_size, self.opts.max_msg_size),
                                 body_limit=api.body_limit)
             await nursery.start(server.serve, http_listeners)
+        self._fill_in_options()
         if self.tls_context is not None and self.opts.https_address:
             https_listeners = await open_listeners(self.opts.https_address, "--https-address")
             self.https_port = bound_port(https_listeners)
@@ -148,6 +149,14 @@ class NSQD:
             server = HTTPServer(api, max_body_size=max(self.opts.max_body_size, self.opts.max_msg_size),
                                 name="HTTPS", body_limit=api.body_limit)
             await nursery.start(server.serve, tls_listeners(https_listeners, self.tls_context))
+
+    def _fill_in_options(self) -> None:
+        """What nsqd.New fills in once its listeners are bound, so /config shows it: the bound
+        ports as the broadcast ports the flags left at 0, the statsd prefix with its host key."""
+        opts = self.opts
+        opts.broadcast_tcp_port = opts.broadcast_tcp_port or self.tcp_port
+        opts.broadcast_http_port = opts.broadcast_http_port or self.http_port
+        opts.statsd_prefix = statsd.host_prefix(opts.statsd_prefix, opts.broadcast_address, opts.broadcast_http_port)
 
     def _begin_exit(self) -> None:
         """Stop delivering, so what clients give back on disconnect stays in the channels."""

@@ -7,8 +7,8 @@ and a PUB/MPUB/DPUB/SUB that creates its topic (answered once the topic has star
 nsqd's GetTopic returns only then: nsqd.get_started_topic). Those return a coroutine
 that the connection's reader awaits before it parses on.
 With AUTH enabled the check comes after the parser has read the whole command, body
-included; nsqd checks MPUB's before reading its body, so a client that is refused
-*and* sends a malformed MPUB body is told about the body, not the authorization.
+included, except MPUB's: as in nsqd, its topic is checked (and got, so created) as soon
+as its line is read (the parser's MpubTopic), before the body.
 
 With --sync-every=1 a publish that wrote to a disk queue is answered only once an fsync
 covers the write (nsqd/group_commit.py). Its OK is held, and so is every later answer of
@@ -28,7 +28,7 @@ from common.compression import DeflateCodec, SnappyCodec
 from common.errors import ClientError
 from common.frames import CLOSE_WAIT, OK
 from common.goquote import go_quote
-from common.protocol_v2 import CommandParser, FinRun, Limits, State
+from common.protocol_v2 import CommandParser, FinRun, Limits, MpubTopic, State
 
 from .auth import AuthError, AuthQuery
 from .options import TLS_NOT_REQUIRED
@@ -36,7 +36,7 @@ from .options import TLS_NOT_REQUIRED
 log = logging.getLogger("nsqd")
 
 DEFAULT_DEFLATE_LEVEL = 6
-PUBLISHES = (Pub, Mpub, Dpub)
+PUBLISHES = (Pub, MpubTopic, Mpub, Dpub)
 
 
 def limits_from(opts) -> Limits:
@@ -59,15 +59,15 @@ class ProtocolV2:
         self.upgrade = upgrade
         self.identified = identified
         self.parser = CommandParser(limits_from(nsqd.opts), tls_required=nsqd.opts.tls_required != TLS_NOT_REQUIRED,
-                                    fin_runs=True)
+                                    fin_runs=True, mpub_topics=True)
         self._unanswered: deque = deque()  # (command name, SyncRound or None) of publishes not yet answered
         self._handlers = {
             Identify: self.identify, Auth: self.auth, Sub: self.sub, Rdy: self.rdy,
             Fin: self.fin, FinRun: self.fin_run, Req: self.req, Touch: self.touch, Cls: self.cls, Nop: self.nop,
-            Pub: self.pub, Mpub: self.mpub, Dpub: self.dpub,
+            Pub: self.pub, MpubTopic: self.mpub_topic, Mpub: self.mpub, Dpub: self.dpub,
         }
         if nsqd.auth_servers is not None:
-            for command_type, name in ((Sub, "SUB"), (Pub, "PUB"), (Mpub, "MPUB"), (Dpub, "DPUB")):
+            for command_type, name in ((Sub, "SUB"), (Pub, "PUB"), (MpubTopic, "MPUB"), (Mpub, "MPUB"), (Dpub, "DPUB")):
                 self._handlers[command_type] = self._authorized(name, self._handlers[command_type])
 
     def execute(self, command):
@@ -279,6 +279,13 @@ class ProtocolV2:
         if topic is None:
             return self._after_topic_start(self.pub, command)
         self._published("PUB", command.topic, 1, lambda: topic.publish([command.body], time.time_ns()))
+
+    def mpub_topic(self, command: MpubTopic):
+        """MPUB's topic, got (so created, and started) before its body is read, as NSQ's MPUB
+        does (after the auth check)."""
+        if command.topic not in self.nsqd.topics:
+            return self.nsqd.get_started_topic(command.topic)
+        return None
 
     def mpub(self, command: Mpub):
         topic = self.nsqd.topics.get(command.topic)

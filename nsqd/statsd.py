@@ -107,9 +107,7 @@ def packets(lines: list[bytes], size: int) -> list[bytes]:
 async def run(nsqd) -> None:
     """Push to --statsd-address every --statsd-interval, for as long as nsqd runs."""
     opts = nsqd.opts
-    report = Report(host_prefix(opts.statsd_prefix, opts.broadcast_address,
-                                opts.broadcast_http_port or max(nsqd.http_port, 0)),
-                    opts.statsd_exclude_ephemeral)
+    report = Report(opts.statsd_prefix, opts.statsd_exclude_ephemeral)  # host_prefix'ed as nsqd started
     interval = opts.statsd_interval
     next_push = trio.current_time() + interval
     while True:

@@ -167,6 +167,9 @@ class Connection:
                     return
                 pending = None
             if pending is ENDED:
+                err = self.protocol.parser.receive_eof()
+                if err is not None:  # the client's side ended in the middle of a command
+                    await self._refuse(err)
                 return
             if not await self._execute_received(pending):
                 return

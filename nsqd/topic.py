@@ -91,6 +91,9 @@ class Topic:
         self.message_bytes += sum(map(len, bodies))
 
     def publish_deferred(self, body: bytes, timestamp_ns: int, delay: float) -> None:
+        if delay <= 0:  # nsqd's topic pump defers only a message whose deferral is not 0
+            self.publish([body], timestamp_ns)
+            return
         [message] = new_messages(self.nsqd.guid, timestamp_ns, [body])
         self._count([body])
         if not self._fans_out():

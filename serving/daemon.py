@@ -69,16 +69,23 @@ def options_with(flags: list[Flag], validate: Callable, overrides: dict) -> Simp
     return opts
 
 
+# Flags NSQ's daemons define outside their Options struct, so /config does not know them.
+NOT_OPTIONS = ("version", "config", "verbose")
+
+
 def option_value(flags: list[Flag], opts, option: str):
     """An option by its config-file name, as NSQ's ``GET /config/:opt`` shows it (durations
     in ns, the log level as lg.LogLevel's number); None if the daemon has no such option."""
     for flag in flags:
-        if flag.key == option and flag.key not in ("version", "config"):
+        if flag.key == option and flag.key not in NOT_OPTIONS:
             value = getattr(opts, flag.attr)
             if flag.attr == "log_level":
                 return list(lg.LEVELS).index(value) + 1
             if flag.kind == "duration":
                 return round(value * 1e9)
+            if isinstance(value, list):
+                # Go writes a float64 without a fraction when it has none (1, not 1.0)
+                return [int(item) if isinstance(item, float) and item.is_integer() else item for item in value]
             return value
     return None
 

@@ -8,9 +8,11 @@ get a whole :class:`Request` (body read, bounded by ``max_body_size`` or by the 
 net/http.
 
 Hostile clients: a request line and headers longer than Go's limit (MaxHeaderBytes, 1 MiB,
-plus the 4 KiB net/http reads beyond it) get Go's ``431``; a declared or received body
-over the limit is answered at once, unread. NSQ's Go servers set no timeouts; here a
-request's line and headers must arrive within ``HEADER_TIMEOUT`` and the whole request
+plus the 4 KiB net/http reads beyond it) get Go's ``431``. A body over the limit is answered
+once it has all been read (and dropped) while less than 256 KiB of it lies past the limit,
+and the connection is kept, as Go's server discards that much of a body its handler left;
+a longer one is answered at once, unread, and the connection closed. NSQ's Go servers set
+no timeouts; here a request's line and headers must arrive within ``HEADER_TIMEOUT`` and the whole request
 within ``READ_TIMEOUT`` (as Go's ReadHeaderTimeout and ReadTimeout: from the accept for
 a connection's first request, from its first byte for the next ones), so slow clients
 (slow-loris) cannot hold connections forever; they are closed without an answer, as Go
@@ -38,6 +40,7 @@ IDLE_TIMEOUT = 120.0  # waiting for the next request on a kept-alive connection
 HEADER_TIMEOUT = 10.0
 READ_TIMEOUT = 60.0
 MAX_HEADER_BYTES = (1 << 20) + 4096
+MAX_POST_HANDLER_READ = 256 * 1024  # what net/http reads of a body its handler left, to keep the connection
 DISCONNECTED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -50,7 +53,8 @@ class Request:
     headers: dict[str, str]
     body: bytes
     remote_address: str
-    body_too_big: bool = False  # the body went past the server's limit and was not read
+    body_too_big: bool = False  # the body went past the server's limit (and was dropped)
+    unread: bool = False  # answered before its body was all received: the connection cannot go on
     keep_alive: bool = True
     tls: object = None  # the connection's trio.SSLStream, on an HTTPS listener
 
@@ -129,6 +133,16 @@ class _RequestReader:
         self.began_at = None
         self.in_body = False
 
+    def gives_up(self) -> bool:
+        """Whether the current request's body is too long to read past its limit: Go's handler
+        reads limit + 1 bytes, then the server drops less than MAX_POST_HANDLER_READ more or
+        closes the connection."""
+        past = self._max_body_size + 1 + MAX_POST_HANDLER_READ
+        declared = self.current.headers.get("content-length", "")
+        if declared.isdigit():
+            return int(declared) >= past
+        return self._size >= past
+
     def read_deadline(self) -> float:
         """When the connection is closed unless more of the request arrives."""
         if self.began_at is None:
@@ -187,8 +201,8 @@ class HTTPServer:
                     return
                 continue_sent = False
             pending = reader.current
-            if pending is not None and pending.body_too_big:
-                pending.keep_alive = False  # answer now; the rest of the body is not read
+            if pending is not None and pending.body_too_big and (reader.gives_up() or reader.expects_continue):
+                pending.unread = True  # answer now; the rest of the body is not read
                 await self._answer(stream, pending)
                 return
             if reader.expects_continue and not continue_sent:
@@ -199,7 +213,7 @@ class HTTPServer:
     async def _answer(self, stream, request: Request) -> bool:
         """Run the handler and send its response; whether the connection stays open."""
         response = await self.handler(request)
-        keep_alive = request.keep_alive and not request.body_too_big
+        keep_alive = request.keep_alive and not request.unread
         await _send(stream, _encode(response, keep_alive, request.method == "HEAD"))
         return keep_alive
 

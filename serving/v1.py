@@ -64,7 +64,8 @@ def ok_parts(data=None, sort_keys: bool = False) -> tuple[int, bytes, Headers]:
     if data is None or data in (b"", ""):
         return 200, b"", [V1_HEADER]
     if isinstance(data, (bytes, str)):
-        return 200, data.encode() if isinstance(data, str) else data, [V1_HEADER, TEXT_TYPE]
+        # no type is set for text: Go's server sniffs one from the body, and finds none in nothing
+        return 200, data.encode() if isinstance(data, str) else data, [V1_HEADER, TEXT_TYPE] if data else [V1_HEADER]
     return 200, gojson.dumps(data, sort_keys=sort_keys), [V1_HEADER, JSON_TYPE]
 
 

@@ -12,7 +12,7 @@ from common.commands import (
 from common.errors import ClientError
 from common.frames import encode_error
 from common.identify import FIELDS
-from common.protocol_v2 import MAX_LINE_LENGTH, NEED_DATA, CommandParser, FinRun, Limits, State
+from common.protocol_v2 import MAX_LINE_LENGTH, NEED_DATA, CommandParser, FinRun, Limits, MpubTopic, State
 
 MSG_ID = b"0a1b2c3d4e5f6071"
 INIT, SUBSCRIBED, CLOSING = State.INIT, State.SUBSCRIBED, State.CLOSING
@@ -400,6 +400,30 @@ def test_req_timeout_is_clamped_not_refused():
     assert parse(b"REQ 0a1b2c3d4e5f6071 7\n", CLOSING, Limits(max_req_timeout_ms=5)) == [Req(MSG_ID, 5)]
 
 
+@pytest.mark.parametrize("count, text", [
+    (b"18446744073709551615", "E_INVALID RDY count -1 out of range 0-2500"),  # Go's uint64 as int64
+    (b"9223372036854775808", "E_INVALID RDY count -9223372036854775808 out of range 0-2500"),
+    (b"99999999999999999999", "E_INVALID RDY count 7766279631452241919 out of range 0-2500"),  # wrapped
+])
+def test_rdy_counts_wrap_as_go_integers(count, text):
+    assert str(parse_error(b"RDY " + count + b"\n", SUBSCRIBED)) == text
+    assert parse(b"RDY 18446744073709551716\n", SUBSCRIBED) == [Rdy(100)]
+
+
+def test_req_timeouts_wrap_as_go_durations():
+    """ms as a uint64, then time.Duration(ms) * time.Millisecond in int64 nanoseconds: what
+    wraps negative is clamped to 0."""
+    for timeout in (b"18446744073709551615", b"9223372036855"):
+        assert parse(b"REQ 0a1b2c3d4e5f6071 " + timeout + b"\n", SUBSCRIBED) == [Req(MSG_ID, 0)]
+    assert parse(b"REQ 0a1b2c3d4e5f6071 9223372036854\n", SUBSCRIBED) == [Req(MSG_ID, 3_600_000)]
+
+
+def test_dpub_timeouts_wrap_as_go_durations():
+    assert parse(b"DPUB t 18446744073709551617\n\x00\x00\x00\x01x") == [Dpub("t", 1, b"x")]
+    assert str(parse_error(b"DPUB t 18446744073709551615\n")) == \
+        "E_INVALID DPUB timeout 18446744073709551615 out of range 0-3600000"
+
+
 def test_message_ids_are_any_16_bytes():
     assert parse(b"FIN ZZZZZZZZZZZZZZZZ\n", SUBSCRIBED) == [Fin(b"Z" * 16)]
 
@@ -620,3 +644,49 @@ def test_a_run_cut_by_a_receive_goes_on_in_the_next_event():
     assert drain(parser) == [FinRun([MSG_ID])]
     parser.receive_data(data[-5:])
     assert drain(parser) == [FinRun([OTHER_ID])]
+
+
+# -- MPUB topics first (nsqd's mpub_topics mode) ------------------------------------------------
+
+
+def test_an_mpub_topic_comes_out_as_soon_as_its_line_is_read():
+    parser = CommandParser(mpub_topics=True)
+    data = MAGIC_V2 + VECTORS["MPUB"][0]
+    parser.receive_data(data[:15])
+    assert drain(parser) == [MpubTopic("test")]
+    parser.receive_data(data[15:])
+    assert drain(parser) == [Mpub("test", [b"one", b"two"])]
+
+
+def test_an_mpub_topic_comes_out_before_a_bad_body_is_refused():
+    parser = CommandParser(mpub_topics=True)
+    parser.receive_data(MAGIC_V2 + b"MPUB t\n" + size(0))
+    assert parser.next_event() == MpubTopic("t")
+    with pytest.raises(ClientError) as info:
+        parser.next_event()
+    assert str(info.value) == "E_BAD_BODY MPUB invalid body size 0"
+
+
+# -- the end of the connection in the middle of a command -------------------------------------------
+
+
+@pytest.mark.parametrize("data, text", [
+    (b"", None),
+    (b"PUB t", None),  # a line without its newline: nsqd says nothing
+    (b"PUB t\n\x00\x00", "E_BAD_MESSAGE PUB failed to read message body size"),
+    (b"PUB t\n" + size(5) + b"abc", "E_BAD_MESSAGE PUB failed to read message body"),
+    (b"DPUB t 5\n", "E_BAD_MESSAGE DPUB failed to read message body size"),
+    (b"IDENTIFY\n" + size(9) + b"{", "E_BAD_BODY IDENTIFY failed to read body"),
+    (b"AUTH\n", "E_BAD_BODY AUTH failed to read body size"),
+    (b"MPUB t\n\x00", "E_BAD_BODY MPUB failed to read body size"),
+    (b"MPUB t\n" + size(18) + b"\x00", "E_BAD_BODY MPUB failed to read message count"),
+    (b"MPUB t\n" + size(18) + size(2) + size(3) + b"one\x00", "E_BAD_MESSAGE MPUB failed to read message(1) body size"),
+    (b"MPUB t\n" + size(18) + size(2) + size(3) + b"on", "E_BAD_MESSAGE MPUB failed to read message body"),
+    (b"MPUB t\n" + size(18) + size(1) + size(3) + b"one", None),  # NSQ would publish it; we want the size's worth
+])
+def test_what_nsqd_says_when_the_connection_ends_mid_command(data, text):
+    parser = new_parser()
+    parser.receive_data(data)
+    assert drain(parser) == []
+    err = parser.receive_eof()
+    assert (str(err) if err is not None else None) == text

@@ -206,7 +206,8 @@ def test_v2_mpub_body_gives_bodies_or_a_client_error(body):
         assert err.code in ("E_BAD_BODY", "E_BAD_MESSAGE")
         return
     assert all(0 < len(message) <= LIMITS.max_msg_size for message in messages)
-    assert Mpub("t", messages).to_bytes().endswith(body)
+    encoded = Mpub("t", messages).to_bytes()[len(b"MPUB t\n") + 4:]
+    assert body.startswith(encoded)  # what follows the messages is ignored, as nsqd's HTTP /mpub does
 
 
 # -- IDENTIFY bodies ---------------------------------------------------------------------------------
