@@ -158,4 +158,4 @@ def build_app(lookupd) -> Starlette:
         ("POST", "/channel/delete", api.channel_delete),
         ("POST", "/topic/tombstone", api.topic_tombstone),
     ]
-    return v1_app(table, log)
+    return v1_app(table, log, redirects=True)

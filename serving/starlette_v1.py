@@ -1,12 +1,13 @@
 """NSQ's V1 HTTP conventions (serving/v1.py) for Starlette apps: nsqlookupd's API and nsqadmin's.
 
-Routing matches NSQ's httprouter where a client could notice: no implicit HEAD, 404
-``NOT_FOUND`` and 405 ``METHOD_NOT_ALLOWED`` (with an ``Allow`` header) as V1 errors,
-``OPTIONS`` answered with ``Allow``, no redirects. Every request is logged at INFO, as
-NSQ's http_api.Log does.
+Routing matches NSQ's httprouter (serving/httprouter.py) where a client could notice: no
+implicit HEAD, 404 ``NOT_FOUND`` and 405 ``METHOD_NOT_ALLOWED`` (with an ``Allow`` header) as
+V1 errors, ``OPTIONS`` answered with ``Allow``, and (where the app asks for them) the redirects.
+Every request is logged at INFO, as NSQ's http_api.Log does.
 """
 
 import logging
+import re
 import time
 from typing import Callable
 
@@ -19,6 +20,7 @@ from starlette.routing import Route
 
 from common.goflags import format_duration
 
+from .httprouter import Allowed, MethodNotAllowed, Redirect, Router, redirect_parts
 from .v1 import HTTPError, error_parts, ok_parts, parse_query
 
 RouteTable = list[tuple[str, str, Callable]]
@@ -97,15 +99,21 @@ async def api_error(request: Request, exc: HTTPError) -> Response:
 
 
 async def routing_error(request: Request, exc: HTTPException) -> Response:
-    """httprouter's answers: NOT_FOUND, METHOD_NOT_ALLOWED with Allow, and OPTIONS."""
-    if exc.status_code == 405:
-        allow = ", ".join(sorted([*(exc.headers or {}).get("Allow", "").split(", "), "OPTIONS"]))  # httprouter sorts
-        if request.method == "OPTIONS":
-            return Response(b"", 200, {"Allow": allow})
-        return response(error_parts(405, "METHOD_NOT_ALLOWED"), {"Allow": allow})
-    if exc.status_code == 404:
-        return response(error_parts(404, "NOT_FOUND"))
-    return response(error_parts(exc.status_code, exc.detail))
+    """httprouter's answers where no route of the app (``v1_app``'s table) takes a request
+    (serving/httprouter.py): NOT_FOUND, METHOD_NOT_ALLOWED with Allow, OPTIONS with Allow, and
+    where the app asks for them the redirects."""
+    if exc.status_code not in (404, 405):
+        return response(error_parts(exc.status_code, exc.detail))
+    state = request.app.state
+    route = state.httprouter.route(request.method, request.url.path, request.scope["query_string"].decode("latin-1"))
+    if isinstance(route, Redirect) and state.redirects:
+        status, body, headers = redirect_parts(route, request.method)
+        return Response(body, status, dict(headers))
+    if isinstance(route, Allowed):
+        return Response(b"", 200, {"Allow": route.allow})
+    if isinstance(route, MethodNotAllowed):
+        return response(error_parts(405, "METHOD_NOT_ALLOWED"), {"Allow": route.allow})
+    return response(error_parts(404, "NOT_FOUND"))
 
 
 def internal_error_handler(logger: logging.Logger) -> Callable:
@@ -137,11 +145,14 @@ def routes_from(table: RouteTable) -> list[Route]:
 
 
 def v1_app(table: RouteTable, logger: logging.Logger, exception_handlers: dict | None = None,
-           middleware: list[Middleware] = ()) -> Starlette:
-    """A Starlette app answering errors the V1 way, logging every request to ``logger``."""
+           middleware: list[Middleware] = (), redirects: bool = False) -> Starlette:
+    """A Starlette app answering errors the V1 way, logging every request to ``logger``; with
+    ``redirects``, httprouter's redirects (a trailing slash, a path's case) too."""
     handlers = {HTTPError: api_error, HTTPException: routing_error, Exception: internal_error_handler(logger)}
     handlers.update(exception_handlers or {})
     app = Starlette(routes=routes_from(table), middleware=[Middleware(AccessLog, logger=logger), *middleware],
                     exception_handlers=handlers)
     app.router.redirect_slashes = False
+    app.state.httprouter = Router((method, re.sub(r"\{(\w+)[^}]*\}", r":\1", path)) for method, path, _ in table)
+    app.state.redirects = redirects
     return app

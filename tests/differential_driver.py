@@ -614,7 +614,7 @@ class LookupdSide:
         conn.hang_up()
         lines = self._read_replies(conn, 0, until_closed=True)
         deadline = time.monotonic() + SETTLE_TIMEOUT
-        while any(f"127.0.0.1:{name}" in line for line in self.state()):
+        while any(f'127.0.0.1:{name}"' in line for line in self.state()):
             if time.monotonic() > deadline:
                 if self.label == "go":
                     raise Stalled(f"NSQ's nsqlookupd: {name} still registered after its close")
@@ -697,10 +697,19 @@ class LookupdPair:
     def hang_up(self, name: str, check: bool = True) -> list[str]:
         return self._both(f"{name} hangs up", lambda side: side.hang_up(name), check)
 
-    def hang_up_all(self) -> None:
-        for name in sorted(self.go.conns):
-            if not self.go.conns[name].closed or not self.ours.conns[name].closed:
-                self.hang_up(name, check=False)
+    def end_test(self) -> None:
+        """Between tests: every peer hung up (and the registrations compared), or new daemons
+        if the last test left them different."""
+        try:
+            if not self.diverged:
+                for name in sorted(self.go.conns):
+                    if not self.go.conns[name].closed or not self.ours.conns[name].closed:
+                        self.hang_up(name)
+        finally:
+            if self.diverged:
+                self.restart()
+            for side in self.sides:
+                side.conns.clear()
 
     def http(self, method: str, path: str, body: bytes = b"", headers: dict | None = None,
              check: bool = True) -> list[str]:

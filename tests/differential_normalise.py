@@ -24,8 +24,10 @@ What is substituted, and why it may differ:
 * End-to-end latency percentile values: they measure the time between publish and FIN, which
   depends on the machine's load; quantiles and counts are compared.
 * Durations in the text /stats (uptime, connected): clocks again.
-* Go's map order: clients of a channel, and producers, come out of Go maps in random order; they
-  are sorted by connection name.
+* Go's map order: what Go keeps in maps comes out in random order, so it is sorted: the clients of
+  a channel and nsqd's producers (by connection name), nsqlookupd's producers of a registration (by
+  address), and nsqlookupd's lists of topic and channel names (a node's tombstone flags move with
+  their topics).
 """
 
 import re
@@ -34,7 +36,7 @@ import time
 from common.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE
 from common.message import decode_message
 
-TIME_KEYS = {"start_time": 1, "connect_ts": 1, "last_update": 10**9}  # key: units per second
+TIME_KEYS = {"start_time": 1, "connect_ts": 1, "last_update": 10**9, "tombstoned_at": 10**9}  # units a second
 PLAUSIBLE_SECONDS = 24 * 3600  # a time this close to now is a clock reading, not a bug
 
 
@@ -190,14 +192,17 @@ def normalise_json(value, names: Names, key: str = ""):
     if isinstance(value, dict):
         if key == "memory":
             return {name: Raw(f"<{_kind(item)}>") for name, item in value.items()}
-        result = {name: normalise_json(item, names, name) for name, item in value.items()}
-        if key == "" or "clients" in result or "producers" in result:
-            for name in ("clients", "producers"):
-                if isinstance(result.get(name), list):
-                    result[name] = sorted(result[name], key=_client_order)
-        return result
+        if isinstance(value.get("tombstones"), list) and isinstance(value.get("topics"), list):
+            pairs = sorted(zip(value["topics"], value["tombstones"]))  # each flag stays with its topic
+            value = {**value, "topics": [topic for topic, _ in pairs], "tombstones": [flag for _, flag in pairs]}
+        return {name: normalise_json(item, names, name) for name, item in value.items()}
     if isinstance(value, list):
-        return [normalise_json(item, names, key) for item in value]
+        items = [normalise_json(item, names, key) for item in value]
+        if items and all(isinstance(item, dict) and ("remote_address" in item or "id" in item) for item in items):
+            return sorted(items, key=lambda item: str(item.get("remote_address", item.get("id"))))
+        if key in ("topics", "channels") and all(isinstance(item, Raw) for item in items):
+            return sorted(items)
+        return items
     return _scalar(value, key, names)
 
 
@@ -209,10 +214,6 @@ def _kind(raw: Raw) -> str:
     if raw == "null":
         return "null"
     return "float" if re.search(r"[.eE]", raw) else "int"
-
-
-def _client_order(client) -> str:
-    return str(client.get("remote_address", "")) if isinstance(client, dict) else ""
 
 
 def _scalar(raw: Raw, key: str, names: Names) -> Raw:
