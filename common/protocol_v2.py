@@ -132,6 +132,7 @@ class CommandParser:
         self.limits = limits
         self.fin_runs = fin_runs
         self.mpub_topics = mpub_topics
+        self.heartbeats = True  # the server sets it False when IDENTIFY turns them off: SUB is then refused
         self._topic_announced = False  # the MpubTopic of the command being parsed is out
         self.state = State.INIT
         self.tls_required = tls_required
@@ -313,6 +314,8 @@ class CommandParser:
         return Auth(body)
 
     def _sub(self, params, body_start):
+        if not self.heartbeats:  # nsqd checks this before SUB's parameters
+            raise _invalid("cannot SUB with heartbeats disabled")
         if len(params) < 3:
             raise _invalid("SUB insufficient number of parameters")
         topic = self._topic(params, "SUB")

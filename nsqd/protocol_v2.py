@@ -115,6 +115,7 @@ class ProtocolV2:
     def identify(self, command: Identify):
         client, data = self.client, command.data
         client.identify(data)
+        self.parser.heartbeats = client.heartbeat_interval > 0
         self.identified()
         if not data["feature_negotiation"]:
             client.send_response(OK)
@@ -201,8 +202,6 @@ class ProtocolV2:
 
     def sub(self, command: Sub):
         client = self.client
-        if client.heartbeat_interval <= 0:
-            raise ClientError("E_INVALID", "cannot SUB with heartbeats disabled")
         topic = self.nsqd.topics.get(command.topic)
         if topic is None:
             return self._after_topic_start(self.sub, command)

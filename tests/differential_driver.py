@@ -506,17 +506,22 @@ class NsqdPair:
             self.check()
         return lines
 
-    def hang_up(self, name: str, check: bool = True, release: bool = True) -> list[str]:
-        """The client closes the connection. With ``release``, it first stops taking messages and
-        requeues every message it was sent (those no longer in flight get E_REQ_FAILED): NSQ leaves
-        a gone client's messages in flight until they time out, we requeue them at once (README,
-        Deliberate differences), so a test that wants the same /stats after returns them first."""
+    def release(self, name: str) -> None:
+        """The client stops taking messages and requeues every message it was sent (those no longer
+        in flight get E_REQ_FAILED). NSQ leaves the messages of a client that is gone in flight until
+        they time out, we requeue them at once (README, Deliberate differences): a test that wants
+        the same /stats after a client goes returns its messages first."""
         conn = self.go.conns[name]
-        if release and conn.in_flight_state and not conn.closed:
+        if conn.in_flight_state and not conn.closed:
             wire = command("RDY 0")
             for message in conn.delivered:
                 wire += command(f"REQ <{message}> 0")
             self.send(name, wire, check=False)
+
+    def hang_up(self, name: str, check: bool = True, release: bool = True) -> list[str]:
+        """The client closes the connection, with ``release`` after :meth:`release`."""
+        if release:
+            self.release(name)
         lines = self._both(f"{name} hangs up", lambda side: side.hang_up(name))
         if check:
             self.check()
@@ -690,6 +695,12 @@ class LookupdPair:
 
     def connect(self, name: str, magic: bytes = MAGIC_V1, check: bool = True) -> list[str]:
         return self._both(f"connect {name}", lambda side: side.connect(name, magic), check)
+
+    def apart(self, name: str, data: bytes, replies: int = 1) -> tuple[list[str], list[str]]:
+        """Send to both without comparing, for a difference the README lists; the daemons are
+        replaced after the test."""
+        self.diverged = True
+        return self.go.send(name, data, replies), self.ours.send(name, data, replies)
 
     def send(self, name: str, data: bytes, replies: int = 1, check: bool = True) -> list[str]:
         return self._both(f"{name} > {data[:200]!r}", lambda side: side.send(name, data, replies), check)

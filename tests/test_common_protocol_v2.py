@@ -690,3 +690,12 @@ def test_what_nsqd_says_when_the_connection_ends_mid_command(data, text):
     assert drain(parser) == []
     err = parser.receive_eof()
     assert (str(err) if err is not None else None) == text
+
+
+def test_sub_with_heartbeats_disabled_is_refused_before_its_parameters_are_read():
+    parser = new_parser()
+    parser.heartbeats = False
+    parser.receive_data(b"SUB t\n")
+    with pytest.raises(ClientError) as info:
+        parser.next_event()
+    assert str(info.value) == "E_INVALID cannot SUB with heartbeats disabled"

@@ -94,6 +94,14 @@ def test_registrations_and_their_removal(pair):
     pair.http("GET", "/lookup?topic=t1")
 
 
+def test_a_negative_identify_size(pair):
+    """Deliberate difference (README): NSQ's nsqlookupd panics; ours refuses the peer."""
+    pair.connect("p1", check=False)
+    go, ours = pair.apart("p1", b"IDENTIFY\n" + struct.pack(">i", -1))
+    assert go == ["CLOSED"] and pair.go.process.proc.wait(timeout=10) != 0
+    assert ours == ["E_BAD_BODY IDENTIFY invalid body size -1", "CLOSED"]
+
+
 def test_a_partial_identify_when_the_peer_leaves(pair):
     body = identify()
     for cut in (5, 9, 11, 20, len(body) - 1):

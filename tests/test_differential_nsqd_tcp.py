@@ -140,8 +140,10 @@ def test_sub_twice_and_in_the_wrong_states(pair):
     session(pair, command("SUB t_twice ch"), command("CLS"), command("SUB t_twice ch"), name="c2")
 
 
-def test_sub_with_heartbeats_disabled(pair):
-    session(pair, identify(heartbeat_interval=-1), command("SUB t_nohb ch"))
+@pytest.mark.parametrize("line", ["SUB t_nohb ch", "SUB t_nohb", "SUB bad! ch"])
+def test_sub_with_heartbeats_disabled(pair, line):
+    """Found by the state machine: nsqd checks the heartbeats before SUB's parameters."""
+    session(pair, identify(heartbeat_interval=-1), command(line))
 
 
 # -- RDY, FIN, REQ, TOUCH, CLS ---------------------------------------------------------------------
