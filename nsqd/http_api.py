@@ -351,7 +351,7 @@ def tls_required_handler(nsqd):
     403 and where HTTPS is, written by hand in nsqd, hence the spaces."""
     async def refuse(request: Request) -> Response:
         body = f'{{"message": "TLS_REQUIRED", "https_port": {nsqd.https_port}}}'.encode()
-        return Response(403, body, [V1_HEADER, TEXT_TYPE])
+        return Response(403, body, [V1_HEADER, JSON_TYPE])
     return refuse
 
 

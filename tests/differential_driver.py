@@ -28,7 +28,9 @@ Heartbeats are dropped from what is compared: when they come depends on the cloc
 
 import difflib
 import json
+import re
 import socket
+import ssl
 import struct
 import time
 from pathlib import Path
@@ -130,6 +132,17 @@ class Connection:
         self.deliveries: list[str] = []  # V2: their lines, until the pair compares deliveries
         self.delivered: dict[str, None] = {}  # V2: the names of the messages it was sent, in order
         self.codec = None  # V2: the compression IDENTIFY negotiated
+        self.codec_after_next_frame = None  # V2: with TLS too, it starts after TLS's OK
+        self.tls = False
+
+    def start_tls(self) -> None:
+        """IDENTIFY negotiated TLS: the handshake, then everything through it (the certificate is
+        not checked; what the daemons say is)."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        self.sock = context.wrap_socket(self.sock)
+        self.tls = True
 
     def compress(self, codec) -> None:
         """From now on both ways go through ``codec``; what was received after the IDENTIFY
@@ -195,15 +208,31 @@ class NsqdSide:
         self.names = Names()
         self.names.ports.update({self.process.tcp_port: "nsqd-tcp", self.process.http_port: "nsqd-http"})
         self.names.paths[str(data_path)] = "<data-path>"
+        self.stats_http = self.http  # with --tls-required=true, plain HTTP is refused: /stats comes by HTTPS
+        if any(flag.startswith("--https-address") for flag in flags):
+            https_port = self._https_port()
+            self.names.ports[https_port] = "nsqd-https"
+            if "--tls-required=true" in flags:
+                self.stats_http = httpx.Client(base_url=f"https://127.0.0.1:{https_port}", verify=False,
+                                               timeout=ANSWER_TIMEOUT)
         self.conns: dict[str, Connection] = {}
         self.ephemeral_in_use: set[tuple[str, str]] = set()  # (topic, channel) with clients when last quiet
         self.ephemeral_topics: set[str] = set()  # ephemeral topics with channels when last quiet
         self.last_stats: dict = {}  # /stats (JSON) when last quiet
 
+    def _https_port(self) -> int:
+        deadline = time.monotonic() + ANSWER_TIMEOUT
+        while not (found := re.search(r"HTTPS: listening on 127\.0\.0\.1:(\d+)", self.process.log())):
+            if time.monotonic() > deadline:
+                raise Stalled(f"{self.label}'s nsqd: no HTTPS listener in its log")
+            time.sleep(POLL_INTERVAL)
+        return int(found.group(1))
+
     def stop(self) -> None:
         for conn in self.conns.values():
             conn.close()
         self.http.close()
+        self.stats_http.close()
         self.process.stop()
 
     def stall(self, what: str) -> list[str]:
@@ -237,8 +266,12 @@ class NsqdSide:
         return self._read_answers(conn, wire.replies)
 
     def hang_up(self, name: str) -> list[str]:
-        """The client closes its side; what the daemon still sends, then its close."""
+        """The client closes its side; what the daemon still sends, then its close. (A TLS
+        connection is closed at once: a TLS socket cannot close one side only.)"""
         conn = self.conns[name]
+        if conn.tls:
+            conn.close()
+            return [CLOSED]
         conn.hang_up()
         lines = []
         deadline = time.monotonic() + ANSWER_TIMEOUT
@@ -254,6 +287,9 @@ class NsqdSide:
         while True:
             frame = conn.reader.next_frame()
             if frame is not None:
+                if conn.codec_after_next_frame is not None:
+                    conn.compress(conn.codec_after_next_frame)
+                    conn.codec_after_next_frame = None
                 if frame.frame_type == FRAME_TYPE_RESPONSE and frame.data == HEARTBEAT:
                     continue
                 if frame.frame_type == FRAME_TYPE_RESPONSE and frame.data.startswith(b"{"):
@@ -310,13 +346,13 @@ class NsqdSide:
 
     def request(self, method: str, path: str, body: bytes, headers: dict | None) -> list[str]:
         response = self.http.request(method, path, content=body, headers=headers)
-        text_stats = path.startswith("/stats") and "format=json" not in path
+        text_stats = path.startswith("/stats") and "format=json" not in path and response.status_code == 200
         return http_lines(response.status_code, response.headers, response.content, self.names, text_stats)
 
     # -- quiet, deliveries and /stats --------------------------------------------------------
 
     def stats(self) -> tuple[dict, str]:
-        response = self.http.get("/stats", params={"format": "json", "include_clients": "true"})
+        response = self.stats_http.get("/stats", params={"format": "json", "include_clients": "true"})
         return response.json(), response.text
 
     def settle(self) -> tuple[list[str], list[str]]:
@@ -340,7 +376,7 @@ class NsqdSide:
         return messages, json_lines(text, self.names) + self._text_stats()
 
     def _text_stats(self) -> list[str]:
-        response = self.http.get("/stats", params={"include_clients": "true"})
+        response = self.stats_http.get("/stats", params={"include_clients": "true"})
         return ["text " + line for line in stats_text_lines(response.text, self.names)]
 
     def _open_ports(self) -> set[int]:
@@ -400,15 +436,19 @@ class NsqdSide:
 
 
 def _negotiated(conn: Connection, answer: bytes) -> None:
-    """After IDENTIFY's answer, the compression it negotiated (the pairs have no TLS)."""
+    """After IDENTIFY's answer, the upgrades it negotiated: TLS, then compression (which, with
+    TLS, starts after the OK that comes through TLS)."""
     try:
         features = json.loads(answer)
     except ValueError:
         return
-    if features.get("snappy") is True:
-        conn.compress(SnappyCodec())
-    elif features.get("deflate") is True:
-        conn.compress(DeflateCodec(features.get("deflate_level") or 6))
+    codec = (SnappyCodec() if features.get("snappy") is True
+             else DeflateCodec(features.get("deflate_level") or 6) if features.get("deflate") is True else None)
+    if features.get("tls_v1") is True:
+        conn.start_tls()
+        conn.codec_after_next_frame = codec
+    elif codec is not None:
+        conn.compress(codec)
 
 
 def _port(client: dict) -> int:
@@ -565,12 +605,14 @@ class NsqdPair:
         self.check()
 
 
-def nsqd_pair_fixture(*flags: str):
-    """A module's ``nsqd_pair`` fixture: the daemons, started with ``flags``, live for the module;
-    with :func:`pair`, each test ends with its connections hung up and compared."""
-    @pytest.fixture(scope="module")
-    def nsqd_pair(tmp_path_factory):
-        started = NsqdPair(tmp_path_factory.mktemp("differential"), *flags)
+def nsqd_pair_fixture(*flags: str, name: str = "nsqd_pair", more_flags: str = ""):
+    """A module's ``nsqd_pair`` fixture (or ``name``): the daemons, started with ``flags`` (and
+    those the fixture named ``more_flags`` gives), live for the module; with :func:`pair`, each
+    test ends with its connections hung up and compared."""
+    @pytest.fixture(scope="module", name=name)
+    def nsqd_pair(request, tmp_path_factory):
+        extra = request.getfixturevalue(more_flags) if more_flags else ()
+        started = NsqdPair(tmp_path_factory.mktemp("differential"), *flags, *extra)
         yield started
         started.stop()
     return nsqd_pair

@@ -24,6 +24,9 @@ What is substituted, and why it may differ:
 * End-to-end latency percentile values: they measure the time between publish and FIN, which
   depends on the machine's load; quantiles and counts are compared.
 * Durations in the text /stats (uptime, connected): clocks again.
+* The TLS cipher suite: which one a handshake settles on is the TLS library's choice (Go's prefers
+  AES-128-GCM, OpenSSL's AES-256-GCM), and NSQ v1.3 names no TLS 1.3 suite (``Unknown 4865``), so
+  only its presence is compared (README).
 * Go's map order: what Go keeps in maps comes out in random order, so it is sorted: the clients of
   a channel and nsqd's producers (by connection name), nsqlookupd's producers of a registration (by
   address), and nsqlookupd's lists of topic and channel names (a node's tombstone flags move with
@@ -225,6 +228,8 @@ def _scalar(raw: Raw, key: str, names: Names) -> Raw:
         return Raw(f"<{names.port(int(raw))}>")
     if key == "remote_address" and raw.startswith('"'):
         return Raw(names.text(raw))
+    if key == "tls_cipher_suite" and raw != '""':
+        return Raw("<cipher suite>")
     if key == "value" and re.fullmatch(r"\d+", raw):
         return Raw("<latency ns>")  # e2e percentile values: publish-to-FIN time, the machine's load
     if raw.startswith('"'):

@@ -19,6 +19,14 @@ FLAGS = ("--max-msg-size=1024", "--max-body-size=4096", "--max-rdy-count=100", "
 
 
 nsqd_pair = nsqd_pair_fixture(*FLAGS)
+limited_nsqd_pair = nsqd_pair_fixture("--max-channel-consumers=2", "--mem-queue-size=2", name="limited_nsqd_pair")
+
+
+@pytest.fixture
+def limited(limited_nsqd_pair):
+    """A pair whose channels take two consumers and whose queues keep two messages in memory."""
+    yield limited_nsqd_pair
+    limited_nsqd_pair.end_test()
 
 
 def session(pair, *wires, name: str = "c1") -> None:
@@ -369,6 +377,33 @@ def _channel(document: dict, topic: str, channel: str) -> dict:
                 if entry["channel_name"] == channel:
                     return entry
     return {"timeout_count": None, "deferred_count": None, "in_flight_count": None}
+
+
+# -- other limits --------------------------------------------------------------------------------------
+
+
+def test_max_channel_consumers(limited):
+    for name in ("c1", "c2", "c3"):
+        subscribed(limited, "t_consumers", name=name)
+    subscribed(limited, "t_consumers", channel="other", name="c4")
+    limited.hang_up("c1")
+    subscribed(limited, "t_consumers", name="c5")
+
+
+def test_queues_past_their_memory_go_to_disk(limited):
+    """Depth and backend depth of a topic and its channels as the messages spill (the order a
+    consumer then gets them in is NSQ's random choice between memory and disk, so none reads)."""
+    limited.connect("p")
+    limited.send("p", command("MPUB t_spill", mpub_body(*[b"%d" % n for n in range(7)])))
+    limited.http("POST", "/channel/create?topic=t_spill&channel=a")
+    limited.send("p", command("PUB t_spill", b"more") + command("DPUB t_spill 600000", b"later"))
+    limited.http("POST", "/channel/create?topic=t_spill&channel=b")
+    limited.send("p", command("MPUB t_spill", mpub_body(b"x", b"y", b"z")))
+    limited.http("POST", "/channel/empty?topic=t_spill&channel=a")
+    limited.http("POST", "/topic/pause?topic=t_spill")
+    limited.send("p", command("MPUB t_spill", mpub_body(b"1", b"2", b"3")))
+    limited.http("POST", "/topic/empty?topic=t_spill")
+    limited.http("POST", "/topic/unpause?topic=t_spill")
 
 
 # -- deliberate differences (README) ---------------------------------------------------------------
