@@ -7,17 +7,10 @@ import struct
 
 import pytest
 
-from .differential_driver import LookupdPair
+from .differential_lookupd_driver import lookupd_pair  # noqa: F401 (a fixture the tests use)
 from .go_nsq import requires_go
 
 pytestmark = requires_go
-
-
-@pytest.fixture(scope="module")
-def lookupd_pair():
-    started = LookupdPair()
-    yield started
-    started.stop()
 
 
 @pytest.fixture

@@ -25,14 +25,14 @@ import json
 import os
 import struct
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
                                  run_state_machine_as_test)
 
-from .differential_driver import LookupdPair, command, identify, mpub_body, nsqd_pair_fixture, raw
+from .differential_driver import command, identify, mpub_body, nsqd_pair_fixture, raw
 from .differential_driver import pair  # noqa: F401 (a fixture the test uses)
+from .differential_lookupd_driver import lookupd_pair  # noqa: F401 (a fixture the test uses)
 from .go_nsq import requires_go
 
 pytestmark = requires_go
@@ -259,13 +259,6 @@ PEERS = [{"broadcast_address": "n1", "hostname": "h1", "tcp_port": 4150, "http_p
          {"broadcast_address": "", "tcp_port": 1, "http_port": 2, "version": "x"}]  # refused: missing fields
 LOOKUP_TOPICS = ["t0", "t1", "t2#ephemeral"]
 LOOKUP_CHANNELS = ["", "a", "b#ephemeral"]
-
-
-@pytest.fixture(scope="module")
-def lookupd_pair():
-    started = LookupdPair()
-    yield started
-    started.stop()
 
 
 class LookupdSessions(RuleBasedStateMachine):
