@@ -109,7 +109,8 @@ class Channel:
     def requeue(self, message: bytes) -> None:
         """A message back from a client (REQ 0, timeout, disconnect) or out of deferral."""
         if not self._delivering() or not self._deliver_to_ready(message):
-            self.queue.requeue(message)
+            if self.queue.requeue(message) and self.journal is not None:
+                self.journal.queued(message)
 
     def _deliver_to_ready(self, message: bytes) -> bool:
         ready = self._ready
@@ -160,6 +161,13 @@ class Channel:
         if self.ephemeral and not self.clients and not self.exiting:
             self.topic.delete_channel(self.name)
 
+    def defer_handed_on(self, message: bytes, delay: float) -> None:
+        """A deferred message from the topic (DPUB, or one it held until it had channels)."""
+        if self.journal is not None and self.journal.had_at_start(message):
+            return  # handed on once already, before a crash
+        self.message_count += 1
+        self.defer(message, delay)
+
     def defer(self, message: bytes, delay: float) -> None:
         deadline = trio.current_time() + delay
         heapq.heappush(self._deferred, (deadline, next(self._deferred_order), message))
@@ -192,8 +200,6 @@ class Channel:
             self.requeue(message)
             if self.journal is not None:
                 self.journal.released(message)
-        if self.journal is not None:
-            self.journal.release_done()
 
     def pause(self) -> None:
         self.paused = True

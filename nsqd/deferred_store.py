@@ -36,9 +36,9 @@ import time
 
 import trio
 
-from common.message import header_id, with_attempts
+from common.message import header_attempts, header_id, with_attempts
 
-from .held_file import DEFERRED, HELD, IN_FLIGHT, RECORD, HeldFile, gone, record
+from .held_file import DEFERRED, HELD, IN_FLIGHT, RECORD, HeldFile, gone, position, record
 from .screen import Part
 
 log = logging.getLogger("nsqd")
@@ -49,9 +49,10 @@ TIDY_SLACK = 10_000  # records of a deferred file beyond twice the live ones bef
 
 
 class ChannelLog:
-    """A write-through channel's files: its deferred messages and its messages in flight."""
+    """A write-through channel's files: its deferred messages, its messages in flight and how
+    far its disk queue was read."""
 
-    def __init__(self, nsqd, channel, deferred: HeldFile, in_flight: HeldFile):
+    def __init__(self, nsqd, channel, deferred: HeldFile, in_flight: HeldFile, floors: dict[bytes, int]):
         self.nsqd = nsqd
         self.channel = channel
         self.deferred_file = deferred
@@ -59,9 +60,14 @@ class ChannelLog:
         self.deferred_records = 0  # written since the deferred file was last rewritten
         self.in_flight_dirty = False  # deliveries since the in-flight file was last rewritten
         self.in_flight_kept = 0  # messages in flight when it was
-        # ID -> attempts of the copy still in the disk queue, of messages queued again at the
-        # start from the in-flight file: read since the queue's last sync, the disk holds one too
-        self.replayed: dict[bytes, int] = {}
+        self.position = channel.queue.backend.read_position()  # the disk queue's, as last recorded
+        # ID -> attempts of the messages deferred or in flight at the start: a copy with fewer
+        # attempts is an older one (the topic handed it on again after the crash), not delivered,
+        # until the topic's disk queue is read past where it ended then, and the channel's past
+        # where it ended at that moment
+        self.floors = floors
+        self.topic_end: tuple[int, int] | None = _topic_backend(channel).end_position()
+        self.channel_end = channel.queue.backend.end_position()
 
     def deferred(self, message: bytes, delay: float) -> None:
         """Channel.defer: the deferral is written before it is acknowledged."""
@@ -71,30 +77,43 @@ class ChannelLog:
 
     def released(self, message: bytes) -> None:
         """A deferred message came due and went back to the channel (into its disk queue, or
-        to a consumer: then its delivery is recorded too)."""
+        to a consumer: then its delivery is recorded too): written at once, so a restart does
+        not defer it a second time."""
         self.deferred_file.add(gone(header_id(message)))
         self.deferred_records += 1
-
-    def release_done(self) -> None:
-        """The messages due now went back: their records go in one write."""
         flush(self.nsqd, self.deferred_file)
 
+    def had_at_start(self, message: bytes) -> bool:
+        """Whether the message was deferred or in flight here at the start (so the topic, which
+        had not recorded handing it on when the crash came, hands it on again)."""
+        return header_id(message) in self.floors
+
+    def queued(self, message: bytes) -> None:
+        """A message went back into the disk queue (after its write): a record of its last
+        delivery must not queue it a second time at the start."""
+        self.in_flight_file.add(gone(header_id(message)))
+        flush(self.nsqd, self.in_flight_file)
+
     def screen_part(self) -> Part:
-        """Each delivery is noted in the in-flight file, the batch's notes written at its end."""
-        held, replayed = self.in_flight_file, self.replayed
+        """Each delivery is noted in the in-flight file, and after the batch how far the disk
+        queue was read: the batch's records go in one write, before the messages go out."""
+        held, floors = self.in_flight_file, self.floors
         extend, pack = held.pending.extend, RECORD.pack
 
         def note(message: bytes) -> bool:
             attempts = (message[8] << 8) | message[9]
-            if replayed and replayed.get(message[10:26]) == attempts:
-                del replayed[message[10:26]]
-                return True  # the disk's older copy of a message already queued again: delivered once
+            if floors and attempts < floors.get(message[10:26], 0):
+                return True  # an older copy of a message queued again or deferred at the start
             extend(pack(IN_FLIGHT, attempts + 1, len(message)))  # held_file's record, in place
             extend(message)
             return False
 
         def end() -> None:
             self.in_flight_dirty = True
+            read_position = self.channel.queue.backend.read_position()
+            if read_position != self.position:
+                self.position = read_position
+                held.add(position(read_position))
             flush(self.nsqd, held)
 
         return Part(lambda: note, end)
@@ -103,10 +122,14 @@ class ChannelLog:
         """Rewrite the in-flight file from the messages in flight now (after deliveries, or
         once some were finished), and the deferred file once most of its records are dead;
         otherwise write what is pending. A file that cannot be rewritten is left as it was."""
+        if self.floors and self._older_copies_passed():
+            self.floors.clear()
         in_flight = [msg for client in self.channel.clients.values() for msg in client.in_flight.values()]
         try:
             if self.in_flight_dirty or len(in_flight) != self.in_flight_kept:
-                self.in_flight_file.replace([record(IN_FLIGHT, msg.attempts, msg.message) for msg in in_flight])
+                self.position = self.channel.queue.backend.read_position()
+                self.in_flight_file.replace([position(self.position), *(
+                    record(IN_FLIGHT, msg.attempts, msg.message) for msg in in_flight)])
                 self.in_flight_dirty, self.in_flight_kept = False, len(in_flight)
             if self.deferred_records > 2 * self.channel.deferred_count + TIDY_SLACK:
                 self.deferred_file.replace(deferred_records(self.channel.deferred_items()))
@@ -116,22 +139,59 @@ class ChannelLog:
         except OSError as exc:
             self.nsqd.disk_failed(self.channel.queue.name, exc)
 
+    def _older_copies_passed(self) -> bool:
+        if self.topic_end is not None:
+            if _topic_backend(self.channel).read_position() < self.topic_end:
+                return False
+            self.topic_end, self.channel_end = None, self.channel.queue.backend.end_position()
+        return self.channel.queue.backend.read_position() >= self.channel_end
+
 
 class TopicLog:
-    """A write-through topic's file: the deferred messages it holds until it has channels."""
+    """A write-through topic's files: the deferred messages it holds until it has channels,
+    and how far its disk queue was handed to its channels."""
 
-    def __init__(self, nsqd, held: HeldFile):
+    def __init__(self, nsqd, topic, held: HeldFile, handed: HeldFile):
         self.nsqd = nsqd
+        self.topic = topic
         self.file = held
+        self.handed_file = handed
+        self.position = topic.queue.backend.read_position()  # as last recorded
+        self.positions_written = 0  # since the handed file was last rewritten
 
     def held(self, message: bytes, delay: float) -> None:
         self.file.add(record(HELD, round(delay * 1e9), message))
         flush(self.nsqd, self.file)
 
     def passed_on(self, messages: list[bytes]) -> None:
-        """The topic's held messages went to its channels (which wrote them first)."""
+        """The topic's held messages went to its channels (which wrote them first): written
+        now, so a restart does not hand them on again."""
         for message in messages:
             self.file.add(gone(header_id(message)))
+        flush(self.nsqd, self.file)
+
+    def handed_on(self) -> None:
+        """Messages read from the topic's disk queue went to its channels (which wrote them
+        first): record how far it was read, so a restart does not hand them on again."""
+        read_position = self.topic.queue.backend.read_position()
+        if read_position != self.position:
+            self.position = read_position
+            self.handed_file.add(position(read_position))
+            self.positions_written += 1
+            flush(self.nsqd, self.handed_file)
+
+    def tidy(self) -> None:
+        flush(self.nsqd, self.file)
+        if self.positions_written > TIDY_SLACK:
+            try:
+                self.handed_file.replace([position(self.position)])
+                self.positions_written = 0
+            except OSError as exc:
+                self.nsqd.disk_failed(self.handed_file.path, exc)
+
+
+def _topic_backend(channel):
+    return channel.topic.queue.backend
 
 
 def flush(nsqd, held: HeldFile) -> None:
@@ -140,6 +200,15 @@ def flush(nsqd, held: HeldFile) -> None:
         held.flush()
     except OSError as exc:
         nsqd.disk_failed(held.path, exc)
+
+
+def skip_handed_on(queue, read_position: tuple[int, int] | None) -> None:
+    """At the start: a disk queue recorded as read further than its metadata says (a crash
+    came before its next sync) skips what was read and handed on then."""
+    if read_position is not None and queue.backend is not None:
+        skipped = queue.backend.skip_to(read_position)
+        if skipped:
+            log.info("%s: %d messages handed on before an unclean stop skipped", queue.name, skipped)
 
 
 def held_records(items: list[tuple[float, bytes]]) -> list[bytes]:
@@ -169,39 +238,48 @@ class DeferredStore:
     def topic_created(self, topic) -> None:
         if topic.ephemeral:
             return
-        held = self._file(topic.name, DEFERRED_SUFFIX)
-        entries = held.read()
+        held, handed = self._file(topic.name, DEFERRED_SUFFIX), self._file(topic.name, IN_FLIGHT_SUFFIX)
+        entries, handed_position = held.read().messages, handed.read().position
         if entries:
             topic.hold_deferred([(value / 1e9, payload) for kind, value, payload in entries.values() if kind == HELD])
             log.info("TOPIC(%s): %d deferred messages read from %s", topic.name, len(entries), held.path)
+        skip_handed_on(topic.queue, handed_position)
         if self.write_through:
-            topic.held_log = self.topic_logs[topic] = TopicLog(self.nsqd, held)
+            topic.held_log = self.topic_logs[topic] = TopicLog(self.nsqd, topic, held, handed)
             self._rewrite(held, held_records(topic.held_deferred_items()))
+            if handed_position is not None:
+                self._rewrite(handed, [position(topic.queue.backend.read_position())])
 
     def channel_created(self, channel) -> None:
         """Read the channel's files back; with write-through, keep them current from now on."""
         if channel.ephemeral or channel.topic.ephemeral:
             return
-        queue = channel.queue.name
-        deferred, in_flight = self._file(queue, DEFERRED_SUFFIX), self._file(queue, IN_FLIGHT_SUFFIX)
-        deferred_entries, in_flight_entries = deferred.read(), in_flight.read()
+        queue = channel.queue
+        deferred, in_flight = self._file(queue.name, DEFERRED_SUFFIX), self._file(queue.name, IN_FLIGHT_SUFFIX)
+        deferred_entries, in_flight_contents = deferred.read().messages, in_flight.read()
+        skip_handed_on(queue, in_flight_contents.position)
         unix_now = time.time_ns()
-        for kind, value, payload in deferred_entries.values():
-            if kind == DEFERRED:
+        floors = {}
+        for msg_id, (kind, value, payload) in deferred_entries.items():
+            # a deferral's last trace in the in-flight file is its going back into the disk queue
+            # (as it came due): the crash came before its end was written here
+            if kind == DEFERRED and msg_id not in in_flight_contents.gone:
                 channel.defer(payload, max(0, value - unix_now) / 1e9)
-        returned = [(msg_id, value, payload) for msg_id, (kind, value, payload) in in_flight_entries.items()
+                floors[msg_id] = header_attempts(payload)
+        returned = [(msg_id, value, payload) for msg_id, (kind, value, payload) in in_flight_contents.messages.items()
                     if msg_id not in deferred_entries]
-        for _, attempts, payload in returned:
+        for msg_id, attempts, payload in returned:
             channel.requeue(with_attempts(payload, attempts))
+            floors[msg_id] = attempts
         if deferred_entries or returned:
-            log.info("CHANNEL(%s): %d deferred and %d in-flight messages read from %s", queue,
+            log.info("CHANNEL(%s): %d deferred and %d in-flight messages read from %s", queue.name,
                      len(deferred_entries), len(returned), os.path.dirname(deferred.path) or ".")
         if self.write_through:
-            channel_log = ChannelLog(self.nsqd, channel, deferred, in_flight)
-            channel_log.replayed = {msg_id: attempts - 1 for msg_id, attempts, _ in returned}
+            channel_log = ChannelLog(self.nsqd, channel, deferred, in_flight, floors)
             self.channel_logs[channel] = channel.journal = channel_log
             self._rewrite(deferred, deferred_records(channel.deferred_items()))
-            self._rewrite(in_flight, [])  # the messages are in the disk queue now
+            # the messages that were in flight are in the disk queue now
+            self._rewrite(in_flight, [position(queue.backend.read_position())])
 
     def screen_part(self, channel) -> Part | None:
         channel_log = self.channel_logs.get(channel)
@@ -216,7 +294,7 @@ class DeferredStore:
             for channel_log in list(self.channel_logs.values()):
                 channel_log.tidy()
             for topic_log in list(self.topic_logs.values()):
-                flush(self.nsqd, topic_log.file)
+                topic_log.tidy()
 
     def emptied(self, owner) -> None:
         """A channel or topic was emptied: its deferred (and in-flight) messages went with it."""
@@ -227,6 +305,7 @@ class DeferredStore:
         topic_log = self.topic_logs.get(owner)
         if topic_log is not None:
             topic_log.file.replace([])
+            topic_log.handed_file.replace([])
         for suffix in (DEFERRED_SUFFIX, IN_FLIGHT_SUFFIX):
             self._file(owner.queue.name, suffix).remove()
 

@@ -149,18 +149,47 @@ class DiskQueue:
     def _skip_unclean_write_file(self) -> None:
         """Never write over records the metadata does not know of (an unclean stop): they
         are read to their file's end, and writing resumes in a new file. The loop covers
-        metadata older than the last roll (a roll's metadata is not fsynced)."""
+        metadata older than the last roll (a roll's metadata is not fsynced, and a sync may
+        write an older snapshot after it): writing resumes after the last file there is.
+        A write file that is gone was read to its end and removed before the metadata said
+        so: writing there would leave a hole of zeros before the record, which reads as a
+        corrupt file (go-diskqueue v1.1.0 does that), so it resumes in a new file too."""
         while True:
+            name = self.file_name(self.write_file_num)
             try:
-                size = os.path.getsize(self.file_name(self.write_file_num))
+                size = os.path.getsize(name)
             except FileNotFoundError:
-                return
-            if self.write_pos >= size:
-                return
-            log.warning("DISKQUEUE(%s) %s metadata writePos %d < file size of %d, skipping to new file",
-                        self.name, self.file_name(self.write_file_num), self.write_pos, size)
+                size = None
+            later = os.path.exists(self.file_name(self.write_file_num + 1))
+            if size is not None and self.write_pos < size:
+                log.warning("DISKQUEUE(%s) %s metadata writePos %d < file size of %d, skipping to new file",
+                            self.name, name, self.write_pos, size)
+                self.depth += self._count_records(name, self.write_pos, size)
+            elif later or (size is None and self.write_pos > 0):
+                log.warning("DISKQUEUE(%s) metadata writeFileNum %d is older than the files, skipping to new file",
+                            self.name, self.write_file_num)
+            else:
+                break
             self.write_file_num += 1
             self.write_pos = 0
+        while self.read_file_num < self.write_file_num and not os.path.exists(self.file_name(self.read_file_num)):
+            self.read_file_num += 1  # read to its end and removed before the metadata said so
+            self.read_pos = 0
+        self._check_tail()
+
+    def _count_records(self, name: str, start: int, end: int) -> int:
+        """Records written after the metadata was (an unclean stop): the depth counts them, as
+        it counts what is read of them (go-diskqueue's depth goes below zero until the tail)."""
+        count = 0
+        with open(name, "rb") as handle:
+            while start + 4 <= end:
+                handle.seek(start)
+                size = _LENGTH.unpack(handle.read(4))[0]
+                if not self.min_msg_size <= size <= self.max_msg_size or start + 4 + size > end:
+                    break
+                start += 4 + size
+                count += 1
+        return count
 
     def metadata_text(self) -> str:
         return f"{self.depth}\n{self.read_file_num},{self.read_pos}\n{self.write_file_num},{self.write_pos}\n"
@@ -259,6 +288,30 @@ class DiskQueue:
 
     def has_data(self) -> bool:
         return self.read_file_num < self.write_file_num or self.read_pos < self.write_pos
+
+    def read_position(self) -> tuple[int, int]:
+        return self.read_file_num, self.read_pos
+
+    def end_position(self) -> tuple[int, int]:
+        return self.write_file_num, self.write_pos
+
+    def skip_to(self, position: tuple[int, int]) -> int:
+        """Beyond NSQ (--persist-deferred): drop the records before ``position``, a read position
+        recorded beside the queue after the metadata was last written (nsqd/deferred_store.py),
+        so what was read and handed on before a crash is not read again; how many. A file
+        read to its end may be gone already: it is passed over."""
+        skipped = 0
+        while self.has_data() and self.read_position() < position:
+            if self.read_file_num < min(position[0], self.write_file_num) and \
+                    not os.path.exists(self.file_name(self.read_file_num)):
+                self._close_read_file()
+                self.read_file_num += 1
+                self.read_pos = 0
+            elif self._read_one() is not None:
+                skipped += 1
+        self.writes_since_sync += skipped
+        self._check_tail()
+        return skipped
 
     def read(self, max_count: int) -> list[bytes]:
         """Take up to ``max_count`` records off the front (they leave the queue)."""

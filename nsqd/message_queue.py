@@ -29,7 +29,8 @@ class MessageQueue:
 
     @property
     def backend_depth(self) -> int:
-        return self.backend.depth if self.backend is not None else 0
+        # never below zero: a data directory from another nsqd may carry a depth that undercounts
+        return max(self.backend.depth, 0) if self.backend is not None else 0
 
     def has_backend_data(self) -> bool:
         return self.backend is not None and self.backend.has_data()
@@ -50,16 +51,18 @@ class MessageQueue:
             messages = messages[room:]
         self._to_disk(messages)
 
-    def requeue(self, message: bytes) -> None:
+    def requeue(self, message: bytes) -> bool:
         """Queue a message that was already accepted and delivered once: it is never dropped,
-        neither for a disk error nor because an ephemeral queue is full."""
+        neither for a disk error nor because an ephemeral queue is full. Whether it went to disk."""
         if len(self.messages) < self.capacity or self.backend is None:
             self.messages.append(message)
-            return
+            return False
         try:
             self._to_disk([message])
         except OSError:
             self.messages.append(message)
+            return False
+        return True
 
     def _to_disk(self, messages: list[bytes]) -> None:
         if self.backend is None:

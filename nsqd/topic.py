@@ -102,8 +102,7 @@ class Topic:
                 self.held_log.held(message, delay)
             return
         for channel in list(self.channels.values()):
-            channel.message_count += 1
-            channel.defer(message, delay)
+            channel.defer_handed_on(message, delay)
 
     async def run_pump(self) -> None:
         """Hand the backlog to the channels whenever there are channels to take it."""
@@ -120,14 +119,15 @@ class Topic:
         messages = self.queue.take(PUMP_BATCH)
         for channel in list(self.channels.values()):
             for delay, message in deferred:
-                channel.message_count += 1
-                channel.defer(message, delay)
+                channel.defer_handed_on(message, delay)
             try:
                 channel.put_many(messages)
             except OSError as exc:
                 log.error("TOPIC(%s): channel %s kept messages in memory: %s", self.name, channel.name, exc)
-        if self.held_log is not None and deferred:
-            self.held_log.passed_on([message for _, message in deferred])
+        if self.held_log is not None:
+            if deferred:
+                self.held_log.passed_on([message for _, message in deferred])
+            self.held_log.handed_on()
 
     def held_deferred_items(self) -> list[tuple[float, bytes]]:
         """(delay, message) of the deferred messages held for the first channel."""

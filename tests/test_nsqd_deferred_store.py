@@ -30,15 +30,21 @@ WRITE_THROUGH = ("--persist-deferred", "--mem-queue-size=0", "--sync-timeout=200
 def side_records(path) -> list[tuple[bytes, int, bytes]]:
     """(kind, value, data) of every record of a side file, checked against the documented format."""
     data = path.read_bytes()
+    if not data:
+        return []  # being created
     assert data[:8] == MAGIC, data[:16]
     records, pos = [], 8
     while pos < len(data):
         kind, value, size = RECORD.unpack_from(data, pos)
         chunk = data[pos + RECORD.size:pos + RECORD.size + size]
-        assert len(chunk) == size and kind in (b"D", b"H", b"F", b"X")
+        assert len(chunk) == size and kind in (b"D", b"H", b"F", b"X", b"P")
         records.append((kind, value, chunk))
         pos += RECORD.size + size
     return records
+
+
+def in_flight_records(path) -> list[tuple[bytes, int, bytes]]:
+    return [entry for entry in side_records(path) if entry[0] == b"F"]
 
 
 def side_files(data_path) -> list[str]:
@@ -240,9 +246,9 @@ async def test_finished_messages_leave_the_in_flight_file_and_empty_clears_the_f
     await publish(server.tcp_port, "t", bodies("m", 4))
     received = await receive(client, 4)
     inflight = tmp_path / "t:c.inflight.dat"
-    await wait_until(lambda: inflight.exists() and len(side_records(inflight)) == 4, what="4 in flight")
+    await wait_until(lambda: inflight.exists() and len(in_flight_records(inflight)) == 4, what="4 in flight")
     await client.send(b"".join(b"FIN " + m.id + b"\n" for m in received[:3]))
-    await wait_until(lambda: [decode_message(d).body for _, _, d in side_records(inflight)] == [b"m-3"],
+    await wait_until(lambda: [decode_message(d).body for _, _, d in in_flight_records(inflight)] == [b"m-3"],
                      what="the in-flight file rewritten")
     await client.send(b"REQ " + received[3].id + b" 60000\n")
     deferred = tmp_path / "t:c.deferred.dat"
@@ -267,12 +273,12 @@ def test_a_record_cut_short_or_malformed_ends_the_file_and_the_last_record_of_an
     gone = RECORD.pack(b"X", 0, 16) + b"%016x" % 2
     whole = MAGIC + message_record(b"D", 5, b"one", 1) + message_record(b"D", 6, b"two", 2) + gone
     path.write_bytes(whole + message_record(b"F", 1, b"three", 3)[:-2])  # the last write cut by a crash
-    assert [(kind, value, data[26:]) for kind, value, data in HeldFile(str(path)).read().values()] == [
+    assert [(kind, value, data[26:]) for kind, value, data in HeldFile(str(path)).read().messages.values()] == [
         (b"D", 5, b"one")]
     corrupt = bytearray(whole + message_record(b"D", 7, b"four", 4) + message_record(b"D", 8, b"five", 5))
     corrupt[len(whole) + RECORD.size + 12] = 0xFF  # "four"'s ID is no longer an ID
     path.write_bytes(bytes(corrupt))
-    assert [data[26:] for _, _, data in HeldFile(str(path)).read().values()] == [b"one"]
+    assert [data[26:] for _, _, data in HeldFile(str(path)).read().messages.values()] == [b"one"]
     assert "bad record" in caplog.text
     path.write_bytes(b"something else entirely")
-    assert HeldFile(str(path)).read() == {}
+    assert HeldFile(str(path)).read().messages == {}

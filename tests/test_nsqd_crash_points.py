@@ -1,0 +1,118 @@
+"""nsqd killed with -9 at chosen and at random points, restarted on the same data directory.
+
+The regression test of issue 25's bug comes first: with ``--persist-deferred
+--mem-queue-size=0`` a message read from the disk queue and REQ'd with a delay was, after a
+kill -9 before the queue's next sync, delivered early from the disk queue's older copy and
+again when due. Then what the random loop found (tests/crash_points.py), then the loop
+itself: 50 kill -9 points with ``--mem-queue-size=0 --sync-every=1 --persist-deferred``, 10
+with default flags (``CRASH_SEED``, ``CRASH_LIVES``, ``CRASH_LIVES_DEFAULT`` to repeat or
+lengthen a run; bench/bench_crash_points.py runs 500)."""
+
+import os
+import random
+import time
+
+import trio
+
+from .crash_points import crash_loop, summary
+from .datadir import kill_leftover_servers  # noqa: F401 (an autouse fixture)
+from .datadir import (Server, data_file, meta_file, meta_text, payload, publish, receive, record, subscribe,
+                      wait_until)
+from .test_nsqd_deferred_store import side_records
+
+# no sync and no tidying while the test runs: the crash falls between a read and the next sync
+NO_SYNC = ("--persist-deferred", "--mem-queue-size=0", "--sync-timeout=60s")
+
+
+def record_kinds(path) -> list[bytes]:
+    """The kinds of a side file's records ([] while it is missing or being created)."""
+    if not path.exists() or path.stat().st_size < 8:
+        return []
+    return [kind for kind, _, _ in side_records(path)]
+
+
+async def test_a_message_deferred_after_a_read_from_disk_is_not_delivered_early_after_a_kill_9(tmp_path):
+    server = Server(tmp_path, *NO_SYNC)
+    await subscribe(server.tcp_port, "jobs", "workers")  # the channel exists: the message goes to its disk queue
+    await publish(server.tcp_port, "jobs", [b"later"])
+    consumer = await subscribe(server.tcp_port, "jobs", "workers", rdy=1)
+    [first] = await receive(consumer, 1)
+    await consumer.send(b"REQ " + first.id + b" 2500\n")
+    deferred_at = time.time()
+    deferred = tmp_path / "jobs:workers.deferred.dat"
+    await wait_until(lambda: record_kinds(deferred) == [b"D"], what="the deferral written")
+    server.kill()
+
+    server = Server(tmp_path, *NO_SYNC)
+    consumer = await subscribe(server.tcp_port, "jobs", "workers", rdy=10)
+    [again] = await receive(consumer, 1, timeout=10)
+    assert time.time() >= deferred_at + 2.5 - 0.05, "delivered before its due time"
+    assert (again.id, again.body, again.attempts) == (first.id, b"later", 2)
+    await consumer.send(b"FIN " + again.id + b"\n")
+    await consumer.assert_no_frame(1.0)  # and only once
+    assert server.stop() == 0
+
+
+
+async def test_messages_a_topic_handed_on_before_a_kill_9_are_not_handed_on_again(tmp_path):
+    """The topic's disk queue is read further than its metadata says (no sync since): the
+    position recorded in ``<topic>.inflight.dat`` after the hand-on skips them at the start,
+    so each comes back once (from the channel's in-flight file: FINished since the last
+    tidying), not once more from the topic with fewer attempts."""
+    server = Server(tmp_path, *NO_SYNC)
+    await publish(server.tcp_port, "t", [b"one", b"two", b"three"])  # no channel yet: the topic's disk queue
+    consumer = await subscribe(server.tcp_port, "t", "c", rdy=3)
+    received = await receive(consumer, 3)
+    await consumer.send(b"".join(b"FIN " + m.id + b"\n" for m in received))
+    handed = tmp_path / "t.inflight.dat"
+    await wait_until(lambda: record_kinds(handed) == [b"P"], what="the position")
+    await wait_until(lambda: b'"c"' in (tmp_path / "nsqd.dat").read_bytes(), what="nsqd.dat")
+    server.kill()
+
+    server = Server(tmp_path, *NO_SYNC)
+    assert "t: 3 messages handed on before an unclean stop skipped" in server.log()
+    consumer = await subscribe(server.tcp_port, "t", "c", rdy=10)
+    again = await receive(consumer, 3)
+    assert sorted((m.body, m.attempts) for m in again) == [(b"one", 2), (b"three", 2), (b"two", 2)]
+    await consumer.send(b"".join(b"FIN " + m.id + b"\n" for m in again))
+    await consumer.assert_no_frame(1.0)
+    assert server.stop() == 0
+
+
+def test_a_write_file_removed_before_the_metadata_knew_is_not_written_into(tmp_path):
+    """Found by the loop below: the metadata names a write file that was read to its end and
+    removed (and a later one holds records) after a kill -9 that came before the next sync.
+    Writing there at the old position left a hole of zeros that read as a corrupt file, so
+    the new record and the later file's were lost; go-diskqueue v1.3.0 would do the same."""
+    from nsqd.diskqueue import DiskQueue
+
+    later = [payload(b"later %d" % n, b"%016x" % n) for n in range(3)]
+    with open(data_file(tmp_path, "t", 1), "wb") as handle:
+        handle.write(b"".join(map(record, later)))
+    with open(meta_file(tmp_path, "t"), "w") as handle:
+        handle.write(meta_text(5, (0, 120), (0, 6790)))  # file 0 is gone
+    queue = DiskQueue("t", str(tmp_path), 1 << 20, 26, 1 << 20)
+    queue.put([payload(b"new", b"%016x" % 9)])
+    assert [m[26:] for m in queue.read(10)] == [b"later 0", b"later 1", b"later 2", b"new"]
+    assert not os.path.exists(data_file(tmp_path, "t", 0))
+    queue.close()
+
+
+async def test_random_kill_9_points_under_a_mixed_load_write_through(tmp_path):
+    seed = int(os.environ.get("CRASH_SEED", random.randrange(1 << 30)))
+    started = time.monotonic()
+    run = await crash_loop(tmp_path / "data", strict=True, lives=int(os.environ.get("CRASH_LIVES", 50)), seed=seed)
+    print(summary(run, time.monotonic() - started))
+    found = run.model.violations(final=True)
+    assert not found, f"seed {seed}:\n" + "\n".join(found[:40])
+
+
+async def test_random_kill_9_points_under_a_mixed_load_default_flags(tmp_path):
+    seed = int(os.environ.get("CRASH_SEED", random.randrange(1 << 30)))
+    started = time.monotonic()
+    run = await crash_loop(tmp_path / "data", strict=False, lives=int(os.environ.get("CRASH_LIVES_DEFAULT", 10)),
+                           seed=seed)
+    print(summary(run, time.monotonic() - started))
+    found = run.model.violations(final=True)
+    assert not found, f"seed {seed}:\n" + "\n".join(found[:40])
+    assert run.model.kept_on_disk, "no message was known to be on disk: the check checked nothing"
