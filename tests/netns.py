@@ -1,0 +1,214 @@
+"""A small network built inside a test: Linux network namespaces joined by veth pairs, with
+daemons started in them and client sockets opened from them (tests/test_partitions.py).
+
+Every address is link-local (169.254.0.0/16, never routed off a link), every link a /30 of
+its own, and each namespace only reaches the ones it has a link to. The test process stays
+in the root namespace, which has a link to each namespace it must observe. ``Network`` is a
+context manager: leaving it kills the daemons and deletes the namespaces (and so their
+links), whether the test passed or not; the namespaces carry this process's ID in their
+names, so concurrent runs never meet.
+
+Cutting a link sets one end down: packets the other end sends are dropped without a word
+(its side stays up, without carrier), as in a partition; the end that went down sees its
+routes go. ``tc netem`` (loss, delay) is used where the kernel has it.
+
+``skip_reason()`` says in one line why this machine cannot build such a network, or None.
+"""
+
+import contextlib
+import ctypes
+import itertools
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import trio
+
+from .helpers import ROOT, RawClient
+
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+_reason: list[str | None] = []
+_netem: list[str | None] = []
+_networks = itertools.count()
+_first_octet = random.randrange(224)
+
+
+def skip_reason() -> str | None:
+    """Why network namespaces cannot be used here (checked once: one namespace made and deleted)."""
+    if not _reason:
+        _reason.append(_probe())
+    return _reason[0]
+
+
+def _probe() -> str | None:
+    if not sys.platform.startswith("linux"):
+        return f"network namespaces are Linux's, this is {sys.platform}"
+    if os.geteuid() != 0:
+        return "network namespaces need root (CAP_SYS_ADMIN, CAP_NET_ADMIN)"
+    if shutil.which("ip") is None:
+        return "the ip command (iproute2) is not installed"
+    name = f"nsqprobe{os.getpid()}"
+    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"'ip netns add' was refused: {made.stderr.strip()}"
+    try:
+        pair = subprocess.run(["ip", "-n", name, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1"],
+                              capture_output=True, text=True)
+        if pair.returncode != 0:
+            return f"'ip link add ... type veth' was refused: {pair.stderr.strip()}"
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+    return None
+
+
+def netem_missing() -> str | None:
+    """Why ``tc netem`` cannot be used here, or None (tried on a veth in a namespace made for it)."""
+    if not _netem:
+        _netem.append(skip_reason() or _probe_netem())
+    return _netem[0]
+
+
+def _probe_netem() -> str | None:
+    with Network() as probe:
+        probe.namespace("netem")
+        device = probe.link("", "netem").device("netem")
+        tried = subprocess.run(["ip", "netns", "exec", probe.name("netem"), "tc", "qdisc", "add", "dev", device,
+                                "root", "netem", "delay", "1ms"], capture_output=True, text=True)
+    if tried.returncode != 0:
+        return f"tc netem is refused here ({tried.stderr.strip()}): the kernel lacks sch_netem (CONFIG_NET_SCH_NETEM)"
+    return None
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+class Link:
+    """A veth pair between two namespaces ("" for the root one), with an address at each end."""
+
+    def __init__(self, network: "Network", a: str, b: str, subnet: int):
+        self.ends = {a: (network.device(), f"169.254.{network.octet}.{subnet * 4 + 1}"),
+                     b: (network.device(), f"169.254.{network.octet}.{subnet * 4 + 2}")}
+        self.network = network
+        (dev_a, addr_a), (dev_b, addr_b) = self.ends[a], self.ends[b]
+        _ip("link", "add", dev_a, "type", "veth", "peer", "name", dev_b)
+        for side, (device, address) in self.ends.items():
+            if side:
+                _ip("link", "set", device, "netns", network.name(side))
+            self.run(side, "addr", "add", f"{address}/30", "dev", device)
+            self.run(side, "link", "set", device, "up")
+
+    def run(self, side: str, *args: str) -> None:
+        _ip(*(("-n", self.network.name(side)) if side else ()), *args)
+
+    def address(self, side: str) -> str:
+        return self.ends[side][1]
+
+    def device(self, side: str) -> str:
+        return self.ends[side][0]
+
+    def cut(self, side: str) -> None:
+        """Set ``side``'s end down: the other side's packets vanish."""
+        self.run(side, "link", "set", self.device(side), "down")
+
+    def heal(self, side: str) -> None:
+        self.run(side, "link", "set", self.device(side), "up")
+
+
+class Network:
+    def __init__(self):
+        number = next(_networks)
+        self.prefix = f"nsqp{os.getpid() % 100000}{chr(97 + number % 26)}"
+        self.octet = 16 + (_first_octet + number) % 224  # 169.254.octet.0/24 for this network's links
+        self.namespaces: list[str] = []
+        self.links: list[Link] = []
+        self.processes: list[subprocess.Popen] = []
+        self._devices = 0
+
+    def name(self, namespace: str) -> str:
+        return f"{self.prefix}{namespace}"
+
+    def device(self) -> str:
+        self._devices += 1
+        return f"{self.prefix}v{self._devices}"
+
+    def namespace(self, namespace: str) -> str:
+        _ip("netns", "add", self.name(namespace))
+        self.namespaces.append(namespace)
+        _ip("-n", self.name(namespace), "link", "set", "lo", "up")
+        return namespace
+
+    def link(self, a: str, b: str) -> Link:
+        link = Link(self, a, b, len(self.links))
+        self.links.append(link)
+        return link
+
+    def start(self, namespace: str, command: list[str], log_path) -> subprocess.Popen:
+        """A daemon in ``namespace`` (its output to ``log_path``); killed when the network goes."""
+        log = open(log_path, "w")
+        proc = subprocess.Popen(["ip", "netns", "exec", self.name(namespace), *command], cwd=ROOT,
+                                stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.processes.append(proc)
+        return proc
+
+    def __enter__(self) -> "Network":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.processes:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        for namespace in self.namespaces:  # a veth pair goes with either end's namespace
+            subprocess.run(["ip", "netns", "delete", self.name(namespace)], capture_output=True)
+
+
+@contextlib.contextmanager
+def inside(network: Network, namespace: str):
+    """This thread in ``namespace`` (sockets made now belong to it), then back."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(f"/run/netns/{network.name(namespace)}", os.O_RDONLY)
+    try:
+        if _libc.setns(target, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns into " + namespace)
+        yield
+    finally:
+        _libc.setns(own, CLONE_NEWNET)
+        os.close(own)
+        os.close(target)
+
+
+async def connect_from(network: Network, namespace: str, host: str, port: int, timeout: float = 5) -> RawClient:
+    """A V2 client whose socket lives in ``namespace`` ("" for the test's own)."""
+    with contextlib.ExitStack() as stack:
+        if namespace:
+            stack.enter_context(inside(network, namespace))
+        sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    with trio.fail_after(timeout):
+        await sock.connect((host, port))
+    client = RawClient(trio.SocketStream(sock))
+    await client.send(b"  V2")
+    return client
+
+
+async def wait_listening(host: str, port: int, timeout: float = 15) -> None:
+    """Until something accepts connections at host:port (from the root namespace)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with trio.fail_after(1):
+                stream = await trio.open_tcp_stream(host, port)
+            await stream.aclose()
+            return
+        except (OSError, trio.TooSlowError):
+            if time.monotonic() > deadline:
+                raise
+            await trio.sleep(0.05)
