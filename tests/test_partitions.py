@@ -9,7 +9,6 @@ again. Where this machine cannot build the network (not root, no netns), every c
 with one line saying why; where NSQ's binaries are absent, only ours run.
 """
 
-import os
 import sys
 import time
 
@@ -298,7 +297,7 @@ async def test_nsqadmin_cut_from_one_node_still_answers_and_names_it(tmp_path):
     results = await side_by_side(admin_cut, tmp_path)
     report("nsqadmin cut from one of two nsqd (connect timeout 1 s, request timeout 2 s)", results)
     for kind, timings in results.items():
-        assert max(timings.values()) < 2 + 3, (kind, timings)
+        assert max(timings.values()) < 2 + 5, (kind, timings)  # the request timeout, and room for a busy machine
 
 
 # -- a lossy, slow consumer link ---------------------------------------------------------------------
