@@ -390,6 +390,7 @@ class Run:
     go_skipped: str | None = field(default_factory=missing_reason)
     lives: int = 0
     logs: list = field(default_factory=list)  # each life's nsqd log
+    server: Server | None = None  # the nsqd of the current life
 
     def __post_init__(self):
         self.model = Model(self.strict)
@@ -401,7 +402,8 @@ class Run:
 
     def start(self, *flags: str) -> Server | None:
         try:
-            return Server(self.data_path, *flags)
+            self.server = Server(self.data_path, *flags)
+            return self.server
         except RuntimeError as exc:
             self.model.problems.append(f"life {self.model.life}: nsqd did not start on the directory: {exc}")
             return None
@@ -448,9 +450,10 @@ class Run:
         self.go_checks += 1
         shutil.rmtree(copy, ignore_errors=True)
 
-    async def drain(self, timeout: float = 60) -> None:
+    async def drain(self, stall: float = 30) -> None:
         """Start nsqd once more and FIN everything, until every acknowledged copy is done and
-        nsqd holds nothing; then stop it gracefully."""
+        nsqd holds nothing (a failure once ``stall`` seconds pass without a delivery); then stop
+        it gracefully."""
         model = self.model
         model.life += 1
         server = self.start(*(STRICT_FLAGS if self.strict else ()))
@@ -460,12 +463,15 @@ class Run:
             for topic, channels in list(model.channels.items()):
                 for channel in channels:
                     load.start_soon(Consumer(server.tcp_port, model, self.rng, topic, channel, DRAIN).run, 500)
-            with trio.move_on_after(timeout) as waited:
-                while model.outstanding() or await what_is_held(server):
-                    await trio.sleep(0.5)
-            if waited.cancelled_caught:
-                model.problems.append(f"the last life did not drain in {timeout} s: {model.outstanding()} "
-                                      f"acknowledged copies not FINished; nsqd holds {await what_is_held(server)}")
+            delivered, progress_at = model.deliveries, time.monotonic()
+            while model.outstanding() or await what_is_held(server):
+                if time.monotonic() - progress_at > stall:
+                    model.problems.append(f"the last life stopped draining for {stall} s: {model.outstanding()} "
+                                          f"acknowledged copies not FINished; nsqd holds {await what_is_held(server)}")
+                    break
+                await trio.sleep(0.5)
+                if model.deliveries > delivered:
+                    delivered, progress_at = model.deliveries, time.monotonic()
             load.cancel_scope.cancel()
         code = server.stop()
         self.logs.append(server.log())
@@ -534,11 +540,16 @@ def go_opens(data_path: str) -> list[str]:
 async def crash_loop(data_path: str, strict: bool, lives: int, seed: int) -> Run:
     os.makedirs(data_path, exist_ok=True)
     run = Run(str(data_path), strict, seed)
-    async with trio.open_nursery() as go_nursery:
-        for _ in range(lives):
-            if not await run.life(go_nursery):
-                break
-        await run.drain()
+    try:
+        async with trio.open_nursery() as go_nursery:
+            for _ in range(lives):
+                if not await run.life(go_nursery):
+                    break
+            await run.drain()
+    finally:
+        if run.server is not None and run.server.proc.poll() is None:  # the loop failed half-way
+            run.server.proc.kill()
+            run.server.proc.wait()
     return run
 
 
