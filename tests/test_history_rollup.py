@@ -118,8 +118,8 @@ def test_compaction_merges_a_closed_hour_and_later_runs_stay_exact(spark, tmp_pa
     assert len(merged) == 1 and pq.read_table(merged[0]).num_rows == 18
     assert load_state(tmp_path).seen == {str(merged[0].relative_to(layout.raw_dir(tmp_path)))}
     assert rollups(tmp_path, "1m") == before
-    write_raw(tmp_path, [snapshot(T0 + 180 + 10 * i, A, "orders", "billing", messages=10 * (18 + i))
-                         for i in range(6)])
+    write_raw(tmp_path, [snapshot(T0 + 180 + 10 * i, A, "orders", "billing", messages=10 * (18 + i),
+                                  requeues=18 + i) for i in range(6)])
     roll_up(spark, tmp_path, now=utc(T0 + 2 * 3600))
     full = tmp_path / "full"
     copy_raw(tmp_path, full)
