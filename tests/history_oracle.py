@@ -120,16 +120,22 @@ SELECT '*' AS node, * FROM own JOIN nodes USING (topic, channel, w);
 """
 
 
-def expected_rollups(raw_files: list[Path]) -> dict[str, list[dict]]:
-    """Every level's windows (``rollups()`` rows: ts in unix seconds) from ``raw_files``."""
-    db = duckdb.connect()
+def compute(db: duckdb.DuckDBPyConnection, raw_files: list[Path]) -> None:
+    """Every level's windows from ``raw_files`` into the tables node_<level> and all_<level>."""
     db.execute("SET TimeZone = 'UTC'")
     db.execute(SNAPSHOTS, {"files": [str(path) for path in raw_files]})
     db.execute(DELTAS)
-    out = {}
     for level in LEVELS:
         db.execute(_node_windows(level))
         db.execute(_cluster_windows(level))
+
+
+def expected_rollups(raw_files: list[Path]) -> dict[str, list[dict]]:
+    """Every level's windows (``rollups()`` rows: ts in unix seconds) from ``raw_files``."""
+    db = duckdb.connect()
+    compute(db, raw_files)
+    out = {}
+    for level in LEVELS:
         rows = db.execute(f"""
             SELECT w // 1000000 AS ts, node, topic, channel, {", ".join(COLUMNS)} FROM node_{level}
             UNION ALL SELECT w // 1000000, node, topic, channel, {", ".join(COLUMNS)} FROM all_{level}

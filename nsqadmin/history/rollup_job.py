@@ -104,15 +104,20 @@ def run_rollup(stats_dir: str | Path, spark: Callable[[int], SparkSession], now:
         _remove_staging(stats_dir)
         state = load_state(stats_dir)
         compaction.recover(stats_dir, state)
+        _compact("blocks", lambda: compaction.compact_closed_blocks(stats_dir, state, now))
         summary = _roll_up_new_files(stats_dir, spark, state)
         write_health(stats_dir, now)
         _apply_retention(stats_dir, state, now - retention)
-        compacting = time.monotonic()
-        compacted = compaction.compact_closed_hours(stats_dir, state, now)
-        if compacted:
-            log.info("compacted the raw files of %d closed hours in %.1f s", compacted, time.monotonic() - compacting)
+        _compact("hours", lambda: compaction.compact_closed_hours(stats_dir, state, now))
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def _compact(what: str, merge: Callable[[], int]) -> None:
+    began = time.monotonic()
+    merged = merge()
+    if merged:
+        log.info("compacted the raw files of %d closed %s in %.1f s", merged, what, time.monotonic() - began)
 
 
 def _remove_staging(stats_dir: Path) -> None:
@@ -128,7 +133,8 @@ def _roll_up_new_files(stats_dir: Path, spark: Callable[[int], SparkSession], st
     if not new_files:
         return RollupSummary()
     rewrite = rewrite_spans(new_row_spans(layout.raw_dir(stats_dir), new_files, state.seen))
-    paths = [layout.raw_dir(stats_dir) / relative for relative in files_to_read(files, read_spans(rewrite))]
+    raw = layout.raw_dir(stats_dir)
+    paths = [raw / relative for relative in files_to_read(raw, files, read_spans(rewrite))]
     raw_bytes = sum(path.stat().st_size for path in paths)
     log.info("reading %d raw files (%.1f MB) to rewrite %s", len(paths), raw_bytes / 1e6, _describe(rewrite))
     session = spark(raw_bytes)
