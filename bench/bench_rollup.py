@@ -222,15 +222,14 @@ def cpu_now() -> float:
 
 
 def warm_runs(pristine: Path, master: str, retention: str, runs: int) -> list[tuple[float, float]]:
-    """(wall, CPU seconds) of ``runs`` one-minute incremental runs on one warm SparkSession, after
-    the full rollup (a run of its own) and WARM_UP_RUNS unmeasured ones."""
+    """(wall, CPU seconds) of ``runs`` one-minute incremental runs on one warm SparkSession, in the
+    stats dir the last measured run left (rolled up), after WARM_UP_RUNS unmeasured ones."""
     from datetime import timedelta
 
     from nsqadmin.history.rollup_job import run_rollup
     from nsqadmin.history.spark_session import SessionOnDemand
 
-    work = fresh_copy(pristine, pristine.parent / "run" / "stats")
-    run_job(work, master, retention, pristine.parent / "warm-full.log")
+    work = pristine.parent / "run" / "stats"
     session = SessionOnDemand(master)
     keep = timedelta(hours=int(retention.rstrip("h")))
     measured = []

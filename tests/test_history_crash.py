@@ -19,14 +19,14 @@ from .admin_helpers import Cluster, publish, topic_on, wait_for
 from .history_raw import rollups
 
 
-def recorded_count(stats_dir, topic: str) -> int:
-    """The largest message_count of ``topic``'s own rows in the raw files on disk."""
-    counts = [0]
+def recorded_count(stats_dir, topic: str) -> int | None:
+    """The largest message_count of ``topic``'s own rows in the raw files on disk (None: no row)."""
+    counts = []
     for path in layout.visible_files(layout.raw_dir(stats_dir)):
         table = pq.read_table(path, columns=["topic", "channel", "message_count"])
         rows = table.filter(pc.and_(pc.equal(table["topic"], topic), pc.equal(table["channel"], "")))
-        counts.append(pc.max(rows["message_count"]).as_py() or 0)
-    return max(counts)
+        counts += rows["message_count"].to_pylist()
+    return max(counts, default=None)
 
 
 def alive(pid: int) -> bool:
@@ -45,6 +45,8 @@ def test_a_snapshot_is_on_disk_within_10_s_and_survives_kill_9_for_an_external_r
         topic_on(cluster, "crash", "", (0,))
         worker = int(wait_for(lambda: re.search(r"rollup: the worker started \(pid (\d+)\)", cluster.admin.log()),
                               timeout=10, what="the rollup worker").group(1))
+        wait_for(lambda: recorded_count(stats_dir, "crash") == 0, timeout=MIN_FLUSH_SECONDS + 20,
+                 what="the empty topic in a raw file")
         publish(cluster, 0, "crash", 25)
         published = time.monotonic()
         wait_for(lambda: recorded_count(stats_dir, "crash") == 25, timeout=MIN_FLUSH_SECONDS + 20,

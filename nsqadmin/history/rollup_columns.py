@@ -161,11 +161,16 @@ def node_minute_columns() -> list[Column]:
 
 # -- the cluster's polls and minutes, from the raw rows of every node ---------------------------
 
-def cluster_poll_aggregates() -> list[Column]:
+def cluster_poll_aggregates(columns: list[str]) -> list[Column]:
     """Over the raw rows of one poll (``ts_us``) of one topic and channel on every node: the
-    cluster's gauges at that moment, the sums of what the nodes that answered reported."""
+    cluster's gauges at that moment, the sums of what the nodes that answered reported.
+
+    ``shared`` reads every one of ``columns`` and is carried to the minutes' ``samples`` as 0,
+    so that Spark keeps them all in the shuffle the polls share with the deltas (it prunes
+    what a use does not read, and runs a shuffle once for two uses only if both read the same)."""
     return [F.sum("depth").alias("depth"), F.sum("in_flight").alias("in_flight"),
-            F.sum("client_count").alias("client_count")]
+            F.sum("client_count").alias("client_count"),
+            F.max(F.hash(*columns)).alias("shared")]
 
 
 def cluster_minute_aggregates() -> list[Column]:
@@ -177,6 +182,7 @@ def cluster_minute_aggregates() -> list[Column]:
         F.max(F.when(F.col("depth") < F.col("group_max"), F.col("depth"))).alias("depth_below_max"),
         F.max("in_flight").alias("in_flight_max"),
         F.max("client_count").alias("clients_max"),
+        F.max("shared").alias("shared"),
     ]
 
 
@@ -184,7 +190,8 @@ def cluster_minute_columns() -> list[Column]:
     """What the cluster's polls decide of an ALL_NODES minute starting at ``minute_us`` (the
     rest null: the nodes' minutes decide it, see :func:`window_aggregates`)."""
     return value_columns(
-        partial=True, ts=F.timestamp_micros("minute_us"), samples=F.col("samples"), depth_max=F.col("depth_max"),
+        partial=True, ts=F.timestamp_micros("minute_us"), samples=F.col("samples") + F.col("shared") * 0,
+        depth_max=F.col("depth_max"),
         depth_p95=top_two_p95(F.col("samples"), F.col("depth_max"), F.col("depth_max_count"),
                               F.col("depth_below_max")),
         in_flight_max=F.col("in_flight_max"), clients_max=F.col("clients_max"),

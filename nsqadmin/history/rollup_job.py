@@ -2,25 +2,28 @@
 
 Theory of operation. One run, under rollups/.lock:
 
-1. Finish or roll back an interrupted compaction (compaction.py), then find the raw files not
-   yet rolled up (rollup_state.py). Without any, skip to 5: the JVM is not even started.
+1. Finish or roll back an interrupted compaction and merge the small files of closed blocks
+   (compaction.py), then find the raw files not yet rolled up (rollup_state.py). Without any,
+   skip to 5: Spark is not even asked for.
 2. Work out the minutes to rewrite and the raw files to read (touched.py), and read those
    files' rows of the needed spans, leaving out the rows that only mark a node as missing.
-3. A node's minutes. Per series (node, topic, channel: a 64-bit key, series_ids.py), each
-   snapshot's counter deltas from the series' previous snapshot, by a window ordered by minute
-   and time (a counter below its previous value means nsqd restarted, and its value is the
-   delta; a gap over MAX_DELTA_GAP starts a new baseline). Then one row per series and minute,
-   by a hash aggregation that keeps the window's partitioning: one shuffle of the raw rows in
-   all. Names stay keys until the rows are written.
+3. The minutes. A shuffle by topic and channel (the ALL_NODES key, series_ids.py) puts every
+   node's rows of a topic and channel in one task. Per series (node, topic, channel: a 64-bit
+   key), each snapshot's counter deltas from the series' previous snapshot, by a window ordered
+   by minute and time (a restart of nsqd makes every counter's value its delta; a gap over
+   MAX_DELTA_GAP starts a new baseline), then one row per series and minute by a hash
+   aggregation that keeps the partitioning; the cluster's polls (the nodes' gauges summed per
+   poll time) and minutes; and the ALL_NODES minutes from both (rollup_columns.py). Names stay
+   keys until the rows are written.
 4. Each level is written whole for every partition it touches. A 1m partition (an hour) gets
-   the node rows it keeps outside the rewritten minutes and the new ones, shuffled so an hour
-   is one task and one file, with the ALL_NODES rows computed from those node rows in the same
-   aggregation, and the hour's 1h windows from those minutes in the same task. A 1h partition
-   (a day) gets those hours with the hours it keeps, a 1d partition (a month) the days of the
-   new 1h files. Files are staged in a hidden directory and then each replaces its partition
-   atomically. A run that dies before saving the state leaves its raw files new, and the next
-   run rewrites the same partitions again.
-5. health.json from the newest minutes, then the state, retention, and compaction.
+   the rows it keeps outside the rewritten minutes and the new ones, shuffled so an hour is one
+   task and one file, and the hour's 1h windows from those minutes in the same task. A 1h
+   partition (a day) gets those hours with the hours it keeps, a 1d partition (a month) the
+   days of the new 1h files. Files are staged in a hidden directory and then each replaces its
+   partition atomically. A run that dies before saving the state leaves its raw files new, and
+   the next run rewrites the same partitions again.
+5. health.json from the newest minutes, then the state, retention, and the closed hours'
+   compaction.
 """
 
 import logging
@@ -270,18 +273,23 @@ def _new_minutes(snapshots: DataFrame, salt: int, rewrite: list[Span]) -> DataFr
     task. There the window finds each snapshot's predecessor in its series, the nodes' minutes
     are aggregated, the cluster's polls (the nodes' gauges summed per poll) and minutes too,
     and both combine into the ALL_NODES minutes (:func:`_across_nodes`), each step on the
-    partitioning the shuffle gave."""
+    partitioning the shuffle gave. Spark runs a shuffle used twice once only if the plans under
+    both uses are the same, so the polls read every column of the snapshots (see
+    rollup_columns.cluster_poll_aggregates) and all of them, the look-back's too, whose
+    ALL_NODES minutes are then left out (no node minute of theirs gives them a covered time):
+    a filter on their minutes would be pushed under the shuffle. Otherwise each use would read
+    and shuffle the raw rows on its own, a third of a full run."""
     numbers = _numbers(snapshots, salt).repartition("all_key")
     deltas = _with_deltas(numbers).where(_within_us("minute_us", rewrite))
     group = ["all_key", "sid", "minute_us"]
     nodes = (with_group_max(deltas, group, "depth").groupBy(*group).agg(*node_minute_aggregates())
              .select(F.col("sid").alias("key"), "all_key", *node_minute_columns()))
-    polls = (numbers.where(_within_us("minute_us", rewrite)).groupBy("all_key", "minute_us", "ts_us")
-             .agg(*cluster_poll_aggregates()))
+    polls = numbers.groupBy("all_key", "minute_us", "ts_us").agg(*cluster_poll_aggregates(numbers.columns))
     cluster = (with_group_max(polls, ["all_key", "minute_us"], "depth").groupBy("all_key", "minute_us")
                .agg(*cluster_minute_aggregates()).select(F.col("all_key").alias("key"), "all_key",
                                                          *cluster_minute_columns()))
-    return _across_nodes(nodes.unionByName(cluster), ["all_key"], "key", F.col("all_key"))
+    minutes = _across_nodes(nodes.unionByName(cluster), ["all_key"], "key", F.col("all_key"))
+    return minutes.where(F.col("covered_seconds").isNotNull())  # not the look-back's: no node minute
 
 
 def _across_nodes(windows: DataFrame, by: list[str], own: str, everyone: Column) -> DataFrame:
@@ -290,7 +298,9 @@ def _across_nodes(windows: DataFrame, by: list[str], own: str, everyone: Column)
     the node), ``everyone`` is its ALL_NODES value, and ``by`` are grouped on as well (columns
     the input is partitioned by, so no shuffle is needed)."""
     window = f"window_{own}"
-    exploded = windows.withColumn(window, F.explode(F.array_distinct(F.array(F.col(own), everyone))))
+    own_only = F.col(own) == everyone
+    exploded = windows.withColumn(window, F.explode(F.when(own_only, F.array(F.col(own)))
+                                                    .otherwise(F.array(F.col(own), everyone))))
     return (exploded.groupBy(*by, window, "ts")
             .agg(*window_aggregates(itself=F.col(own) == F.col(window), node_row=F.col(own) != everyone))
             .select(*by, F.col(window).alias(own), *window_columns(across=F.col(window) == everyone)))

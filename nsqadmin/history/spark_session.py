@@ -2,14 +2,17 @@
 
 Theory of operation. The JVM is started only when a run has raw files to roll up
 (:class:`SessionOnDemand`), and then it knows how much it will read. Most runs are small (a
-minute of new snapshots) and pay mostly for start-up: the C1 compiler alone and the serial
-collector halve their CPU. A large run spends its time in Spark's generated loops over
-millions of rows, which run about twice as fast once C2 compiles them, so it gets the full
-JIT and the parallel collector. Either way the JVM maps the classes it loaded in earlier runs
-from a class-data-sharing archive (class_archive.py), which the first run writes as its JVM
-exits: stopping a session that writes one waits for its JVM to exit. Spark's own logging is cut to errors by a log4j2 file written
-for the session's lifetime, so the job's progress lines stay readable. The number of shuffle
-partitions is set per run, from the size of the raw files read.
+minute of new snapshots, in nsqadmin's worker one after another on the same JVM): their JVM
+has the C1 compiler alone, the serial collector and a heap of SMALL_RUN_DRIVER_MEMORY, which
+is what a worker keeps between runs. A large run (a first rollup of a day) spends its time in
+Spark's generated loops over millions of rows, which run about twice as fast once C2 compiles
+them, so it gets a JVM of its own with the full JIT, the parallel collector and a heap of
+DRIVER_MEMORY, ended when the session stops (a run of the other size stops the session, and
+the JVM with it, so the next one starts with its own options). Either way the JVM maps the
+classes it loaded in earlier runs from a class-data-sharing archive (class_archive.py), which
+the first run writes as its JVM exits. Spark's own logging is cut to errors by a log4j2 file
+written for the session's lifetime, so the job's progress lines stay readable. The number of
+shuffle partitions is set per run, from the size of the raw files read.
 """
 
 import logging
