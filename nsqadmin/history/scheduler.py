@@ -60,20 +60,14 @@ def job_environment(spark_master: str) -> dict[str, str]:
 
 
 class RollupWorker:
-    """Keeps the rollup worker process running. ``pid`` is the running worker's, ``restarts``
-    how many times it was started again after exiting."""
+    """Keeps the rollup worker process running."""
 
     def __init__(self, opts):
         self.command = worker_command(opts)
         self.env = job_environment(opts.spark_master)
-        self.restarts = 0
         self._process: asyncio.subprocess.Process | None = None
         self._loop: asyncio.Task | None = None
         self._stopping = False
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
 
     def start(self) -> None:
         self._loop = asyncio.create_task(self._supervise())
@@ -91,7 +85,6 @@ class RollupWorker:
                       last_line or "(no output)", format_duration(backoff))
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
-            self.restarts += 1
 
     async def _run_worker(self) -> tuple[int | None, str]:
         """Start the worker and log its output until it exits: (its status, its last message)."""
