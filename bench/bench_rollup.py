@@ -1,7 +1,9 @@
-"""Time the stats-history rollup job: the first full rollup of a day of snapshots, then a one-minute incremental run.
+"""Time the stats-history rollup job: the first full rollup of a day of snapshots, one-minute incremental
+runs, and DuckDB doing the same rollups from the same files.
 
     python bench/bench_rollup.py [--data=/tmp/nsq-rollup-bench] [--runs=3] [--spark-master=local[2]]
                                  [--layout=compacted|flushes] [--nodes=10] [--channels=200] [--topics=20] [--hours=24]
+                                 [--warm-runs=5] [--no-duckdb]
 
 The snapshots are generated once (bench/history_data.py) into DATA/<shape>/stats and reused by
 later invocations: --layout=compacted (the default) writes a file per hour, as the job's
@@ -20,6 +22,13 @@ each level's Spark work, compaction) and summary line are printed. Raw rows per 
 the full run's wall seconds. The machine is shared, so every figure comes with CPU seconds and
 the load average (1 minute) before and after: a run on local[2] that had both cores to itself
 takes about its CPU seconds / 2 of wall time where its work is parallel.
+
+Then, as nsqadmin's rollup worker runs (rollup_main's worker: one SparkSession kept between
+runs), this process appends a minute and rolls it up, 2 + --warm-runs times on one session:
+the first two warm it up (JVM start, classes, JIT), the others are measured, CPU seconds of this
+process (the job's Python) and of its JVM. Last, DuckDB (2 threads, in this process) computes
+the README's definitions of every level from the pristine raw files (tests/history_oracle.py,
+the tests' oracle), for the ratio of Spark's time to DuckDB's on the same files.
 
 The first run with a new Java, Spark or JVM options saves the JVM's classes in a class archive
 as it exits (class_archive.py: seconds of extra work, once); when either archive a run uses
@@ -49,11 +58,13 @@ from nsqadmin.history.class_archive import ClassArchive  # noqa: E402
 from nsqadmin.history.spark_session import LARGE_RUN_JVM_OPTIONS, SMALL_RUN_JVM_OPTIONS  # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36
-FULL_ROWS_PER_SECOND_TARGET = 250_000
+FULL_ROWS_PER_SECOND_TARGET = 400_000
 INCREMENTAL_SECONDS_TARGET = 20.0
+WARM_INCREMENTAL_CPU_TARGET = 2.0
+WARM_UP_RUNS = 2
 # Changes when the generated files change (v2: hours in five-minute row groups, as compaction
 # now writes them); data cached under an older name is not reused.
-DATA_FORMAT = "v2"
+DATA_FORMAT = "v3"  # v3: start_time
 # What the job's log says of its phases (rollup_job, spark_session), as (label, pattern of its seconds).
 PHASES = (("Spark start-up", r"started Spark on \S+ in ([\d.]+) s"),
           ("1m + hours' Spark work", r"staged \d+ 1m partitions in ([\d.]+) s"),
@@ -194,6 +205,65 @@ def report(rows: int, fulls: list[Measurement], incrementals: list[Measurement])
           f"(target < {INCREMENTAL_SECONDS_TARGET:.0f} s: {verdict(incremental_wall < INCREMENTAL_SECONDS_TARGET)})")
 
 
+def jvm_cpu_seconds() -> float:
+    """CPU seconds of this process's JVM children (pyspark's gateway), from /proc."""
+    total = 0.0
+    for child in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split():
+        try:
+            fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def cpu_now() -> float:
+    return time.process_time() + jvm_cpu_seconds()
+
+
+def warm_runs(pristine: Path, master: str, retention: str, runs: int) -> list[tuple[float, float]]:
+    """(wall, CPU seconds) of ``runs`` one-minute incremental runs on one warm SparkSession, in the
+    stats dir the last measured run left (rolled up), after WARM_UP_RUNS unmeasured ones."""
+    from datetime import timedelta
+
+    from nsqadmin.history.rollup_job import run_rollup
+    from nsqadmin.history.spark_session import SessionOnDemand
+
+    work = pristine.parent / "run" / "stats"
+    session = SessionOnDemand(master)
+    keep = timedelta(hours=int(retention.rstrip("h")))
+    measured = []
+    try:
+        for number in range(WARM_UP_RUNS + runs):
+            _, appended = append_minute(work)
+            wall, cpu = time.perf_counter(), cpu_now()
+            summary = run_rollup(work, session, retention=keep)
+            wall, cpu = time.perf_counter() - wall, cpu_now() - cpu
+            label = "warm-up" if number < WARM_UP_RUNS else "measured"
+            print(f"warm worker run {number + 1} ({label}): +{appended:,} rows, {wall:.2f} s wall, {cpu:.2f} CPU s; "
+                  f"{summary.line()}", flush=True)
+            if number >= WARM_UP_RUNS:
+                measured.append((wall, cpu))
+    finally:
+        session.stop()
+    return measured
+
+
+def duckdb_rollup(pristine: Path) -> tuple[float, float]:
+    """(wall, CPU seconds) of DuckDB computing every level from the pristine raw files, 2 threads."""
+    import duckdb
+
+    from tests.history_oracle import compute
+
+    db = duckdb.connect()
+    db.execute("SET threads = 2")
+    wall, cpu = time.perf_counter(), time.process_time()
+    compute(db, layout.visible_files(layout.raw_dir(pristine)))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    db.close()
+    return wall, cpu
+
+
 def positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -213,6 +283,8 @@ def main() -> None:
     parser.add_argument("--channels", type=positive, default=200)
     parser.add_argument("--topics", type=positive, default=20)
     parser.add_argument("--hours", type=positive, default=24)
+    parser.add_argument("--warm-runs", type=int, default=5, help="measured incremental runs in a warm session")
+    parser.add_argument("--no-duckdb", action="store_true", help="skip DuckDB's rollup of the same files")
     args = parser.parse_args()
     if args.topics > args.channels:
         parser.error(f"--topics ({args.topics}) must not exceed --channels ({args.channels})")
@@ -229,6 +301,19 @@ def main() -> None:
     runs = [bench_run(f"run {number}", pristine, rows, args.spark_master, retention)
             for number in range(1, args.runs + 1)]
     report(rows, [full for full, _ in runs], [incremental for _, incremental in runs])
+    if args.warm_runs:
+        warm = warm_runs(pristine, args.spark_master, retention, args.warm_runs)
+        cpu = statistics.median(run[1] for run in warm)
+        print(f"median warm incremental: {spread([run[0] for run in warm], 's wall')}, "
+              f"{spread([run[1] for run in warm], 'CPU s')} (target < {WARM_INCREMENTAL_CPU_TARGET:g} CPU s: "
+              f"{verdict(cpu < WARM_INCREMENTAL_CPU_TARGET)})")
+    if not args.no_duckdb:
+        wall, cpu = duckdb_rollup(pristine)
+        spark_wall = statistics.median(full.wall for full, _ in runs)
+        spark_cpu = statistics.median(full.cpu for full, _ in runs)
+        print(f"median duckdb: {wall:.1f} s wall, {cpu:.1f} CPU s: {rows / wall:,.0f} raw rows/s; Spark's full run "
+              f"takes {spark_wall / wall:.1f}x its wall time and {spark_cpu / cpu:.1f}x its CPU "
+              f"(load average {os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """A fake NSQ cluster for nsqadmin's benchmark: one nsqlookupd and N nsqd that only answer questions.
 
     python bench/fake_stats_cluster.py [--nodes=20] [--topics=200] [--channels=5] [--clients=10] [--variants=1]
+                                       [--live]
 
 Every daemon listens on 127.0.0.1 (ephemeral ports) in this one trio process, served by
 the project's HTTP server (serving/http.py). nsqd answer ``/info`` and
@@ -9,8 +10,9 @@ the project's HTTP server (serving/http.py). nsqd answer ``/info`` and
 ``/lookup`` and ``/channels``. Answers are rendered once per distinct question and kept,
 so the fake side costs a dictionary lookup. With --variants=N an nsqd's ``/stats``
 cycles through N renderings whose counts, depths and latencies differ, as a live
-cluster's do from one poll to the next. Prints one JSON line with the ports, then serves
-until killed.
+cluster's do from one poll to the next. With --live every ``/stats`` is rendered anew, its
+counters a step further than at the last one, as a cluster's that never restarts (the stats
+history's benchmarks). Prints one JSON line with the ports, then serves until killed.
 """
 
 import argparse
@@ -46,9 +48,9 @@ def e2e(count: int, latency: int) -> dict:
 
 
 class FakeNsqd:
-    def __init__(self, node: int, topics: int, channels: int, clients: int, variants: int):
+    def __init__(self, node: int, topics: int, channels: int, clients: int, variants: int, live: bool = False):
         self.node, self.topics, self.channels, self.clients = node, topics, channels, clients
-        self.variants, self.asked = variants, 0
+        self.variants, self.asked, self.live = variants, 0, live
         self.http_port = 0
 
     def channel(self, topic: int, channel: int, with_clients: bool, variant: int) -> dict:
@@ -89,8 +91,10 @@ class FakeNsqd:
         query = parse_query(request.query)
         first = lambda name: query.get(name, [""])[0]  # noqa: E731
         self.asked += 1
-        return Response(200, self.stats(first("topic"), first("channel"), first("include_clients") != "false",
-                                        self.asked % self.variants), JSON)
+        question = (first("topic"), first("channel"), first("include_clients") != "false")
+        if self.live:
+            return Response(200, FakeNsqd.stats.__wrapped__(self, *question, self.asked), JSON)
+        return Response(200, self.stats(*question, self.asked % self.variants), JSON)
 
 
 class FakeLookupd:
@@ -129,7 +133,8 @@ async def serve(handler, nursery) -> int:
 
 
 async def main(args) -> None:
-    nsqds = [FakeNsqd(node, args.topics, args.channels, args.clients, args.variants) for node in range(args.nodes)]
+    nsqds = [FakeNsqd(node, args.topics, args.channels, args.clients, args.variants, args.live)
+             for node in range(args.nodes)]
     async with trio.open_nursery() as nursery:
         for nsqd in nsqds:
             nsqd.http_port = await serve(nsqd.handle, nursery)
@@ -144,4 +149,5 @@ if __name__ == "__main__":
     parser.add_argument("--channels", type=int, default=5)
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--variants", type=int, default=1)
+    parser.add_argument("--live", action="store_true", help="render every /stats anew, counters moving on")
     trio.run(main, parser.parse_args())

@@ -25,8 +25,8 @@ which ``append_minute`` reads back from the newest snapshot on disk.
 The values behave like NSQ's: every channel of a topic on a node receives each message
 published to the topic there, so topic and channel message counters advance together, at
 rates log-uniform between 0.2 and 2,000 msg/s per topic and node; requeues and timeouts are
-small fractions of them. Each nsqd restarts once a day (node n at (5n mod 24):30), and its
-counters start again from 0. Depth wanders along a sine with its own period and phase plus
+small fractions of them. Each nsqd restarts once a day (node n at (5n mod 24):30): its
+counters start again from 0 and its start_time is the restart's time. Depth wanders along a sine with its own period and phase plus
 noise, except in the channels that hold messages: 1 in 40 has no consumer and 1 in 97 is
 paused, and their depth grows by every message. Topic rows have depth 0 (their channels take
 the messages) and 0 for what nsqd does not report for topics.
@@ -247,9 +247,18 @@ def chunk(series: Series, start: datetime, snapshots: int, carry: Carry) -> tupl
         depth, pc.max_element_wise(pc.subtract(depth, MEM_QUEUE_SIZE), 0), in_flight, deferred,
         message_count, requeue_count, timeout_count, clients, per_row(g, series.paused),
         e2e_map(p99, pc.multiply(p99, 0.5)),
+        start_times(series, g, seconds),
     ], schema=layout.RAW_SCHEMA)
     return table, Carry(*(pc.take(column, g.last_rows)
                           for column in (message_count, requeue_count, timeout_count, depth)))
+
+
+def start_times(series: Series, g: Grid, seconds: pa.Array) -> pa.Array:
+    """Each row's nsqd start_time: its node's last daily restart at or before the row's time."""
+    whole_seconds = whole(seconds)
+    midnight = pc.multiply(pc.divide(whole_seconds, 86400), 86400)
+    today = pc.add(midnight, pc.add(pc.multiply(per_row(g, series.restart_hour), 3600), RESTART_SECOND_OF_HOUR))
+    return pc.if_else(pc.greater_equal(whole_seconds, today), today, pc.subtract(today, 86400))
 
 
 def published_messages(series: Series, g: Grid, noise: pa.Array) -> pa.Array:

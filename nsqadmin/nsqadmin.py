@@ -5,9 +5,9 @@ exit status, not uvicorn's), serves the app with uvicorn on asyncio until ``stop
 then lets notifications still on the way finish and closes the upstream client.
 
 Beside uvicorn run the stats history's recorder (--stats-interval, ``recorder``) and the
-rollup job's scheduler (--rollup-interval, ``scheduler``); each is None when turned off.
-At stop both end before ``run`` returns: the recorder writes its last rows, a running
-rollup job is stopped.
+supervisor of the rollup worker process (--rollup-interval, ``scheduler``); each is None when
+turned off. At stop both end before ``run`` returns: the recorder writes its last rows, the
+worker is stopped.
 """
 
 import asyncio
@@ -25,8 +25,8 @@ from .actions import Operator
 from .app import build_app
 from .clusterinfo import ClusterInfo
 from .history.raw_writer import RawWriter
-from .history.recorder import FLUSH_SECONDS, Recorder
-from .history.scheduler import RollupScheduler
+from .history.recorder import Recorder, flush_seconds
+from .history.scheduler import RollupWorker
 from .history.stats_fetcher import StatsFetcher
 from .notify import Notifier
 from .options import allowed_config_network
@@ -111,8 +111,8 @@ class NSQAdmin:
             fetcher = StatsFetcher(opts.http_client_connect_timeout, opts.http_client_request_timeout, ssl_context,
                                    opts.nsqd_auth_secret)
             self.recorder = Recorder(self.ci, fetcher, RawWriter(opts.stats_dir), opts.stats_interval,
-                                     None if opts.rollup_interval else FLUSH_SECONDS)
-        self.scheduler = RollupScheduler(opts, self.recorder) if opts.rollup_interval else None
+                                     flush_seconds(opts.stats_interval))
+        self.scheduler = RollupWorker(opts) if opts.rollup_interval else None
         self.http_port = 0
         self._server: _Server | None = None
         self._stopping = False

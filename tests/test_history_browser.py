@@ -1,17 +1,24 @@
 """The stats history end to end, in a real browser: a real cluster with steady traffic, nsqadmin
 recording every 200 ms and running the real Spark rollup job on a schedule, then the channel page's
-chart and /api/rollups showing the rate that was actually published. Screenshots under
-artifacts/screenshots/ (history-*.png)."""
+chart and /api/rollups showing the rate that was actually published; and a day of generated
+snapshots rolled up behind the 24h and 7d charts. Screenshots under artifacts/screenshots/
+(history-*.png)."""
 
 import re
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
 from playwright.sync_api import expect
 
-from .admin_helpers import Cluster, Consumer, topic_on, wait_for
+from bench.history_data import ClusterShape, generate
+from nsqadmin.history.rollup_job import run_rollup
+
+from .admin_helpers import AdminProcess, Cluster, Consumer, topic_on, wait_for
+from .helpers import NsqdProcess
+from .spark_fixtures import spark  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -94,3 +101,37 @@ def test_the_channel_chart_shows_the_published_rate(cluster, chromium, screensho
     finally:
         publisher.stop()
         consumer.close()
+
+
+def test_charts_over_24h_and_7d_with_a_day_of_data_behind_them(spark, chromium, screenshot, tmp_path):  # noqa: F811
+    """24 hours of 10-second snapshots of 2 nodes (bench/history_data.py: daily restarts, backlogs
+    rising and falling) rolled up by the job, then the channel page's 24h and 7d ranges."""
+    stats_dir = tmp_path / "stats"
+    now = datetime.now(timezone.utc)
+    generate(stats_dir, ClusterShape(nodes=2, channels=4, topics=2), 24,
+             start=now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=24))
+    run_rollup(stats_dir, spark, retention=timedelta(days=30))
+    nsqd = NsqdProcess(f"--data-path={tmp_path}")
+    admin = None
+    try:
+        for path in ("/topic/create?topic=topic-0", "/channel/create?topic=topic-0&channel=channel-0"):
+            assert httpx.post(f"http://127.0.0.1:{nsqd.http_port}{path}").status_code == 200
+        admin = AdminProcess(f"--nsqd-http-address=127.0.0.1:{nsqd.http_port}", f"--stats-dir={stats_dir}",
+                             "--stats-interval=0")
+        context = chromium.new_context(base_url=admin.url, viewport={"width": 1360, "height": 900})
+        page = context.new_page()
+        for range_name in ("24h", "7d"):
+            page.goto(f"/topics/topic-0/channel-0?range={range_name}")
+            charts = page.locator("svg.chart")
+            expect(charts).to_have_count(3)
+            expect(page.locator("#history .ranges a.active")).to_have_text(range_name)
+            expect(charts.first.locator(".chart-now")).to_have_text(re.compile(r"now [\d.,]+ msg/s"))
+            screenshot(page, f"history-channel-day-{range_name}")
+        page.goto("/counter?range=24h")
+        expect(page.locator("svg.chart")).to_have_count(1)
+        screenshot(page, "history-counter-day-24h")
+        context.close()
+    finally:
+        if admin is not None:
+            assert admin.stop() == 0
+        assert nsqd.stop() == 0

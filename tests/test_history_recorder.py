@@ -19,7 +19,7 @@ import pytest
 from nsqadmin.history.layout import RAW_SCHEMA, raw_dir, raw_partition, rollups_dir, visible_files
 from nsqadmin.history.raw_rows import PollRows, go_float_text
 from nsqadmin.history.raw_writer import STALE_SECONDS, RawWriter
-from nsqadmin.history.recorder import FLUSH_SECONDS, LISTING_SECONDS, STATS_PATH
+from nsqadmin.history.recorder import LISTING_SECONDS, MIN_FLUSH_SECONDS, STATS_PATH, flush_seconds
 from nsqadmin.history.stats_fetcher import StatsFetcher
 from nsqadmin.nsqadmin import NSQAdmin
 from nsqadmin.options import default_options
@@ -263,14 +263,16 @@ def test_a_get_lost_with_its_keep_alive_connection_is_asked_again_on_a_new_one()
     assert server.connections == 3
 
 
-def test_without_scheduled_rollups_the_recorder_flushes_on_its_own(recorded, tmp_path):
-    """Every flush_every seconds (FLUSH_SECONDS, 60 s, in nsqadmin), files appear while it runs."""
+def test_snapshots_are_written_within_an_interval_or_10_s_whatever_the_rollups(recorded, tmp_path):
+    """flush_every is --stats-interval or MIN_FLUSH_SECONDS (10 s), the longer; with it shortened,
+    files appear while the recorder runs, with no rollup scheduled."""
     cluster, _, _ = recorded
+    assert (flush_seconds(0.1), flush_seconds(10.0), flush_seconds(30.0)) == (MIN_FLUSH_SECONDS, 10.0, 30.0)
 
     async def files_while_recording() -> int:
         admin = NSQAdmin(default_options(lookupd_http_address=[cluster.lookupd_http], stats_dir=str(tmp_path),
-                                         stats_interval=0.1, rollup_interval=0.0))
-        assert admin.recorder.flush_every == FLUSH_SECONDS
+                                         stats_interval=0.1, rollup_interval=3600.0))
+        assert admin.recorder.flush_every == MIN_FLUSH_SECONDS
         admin.recorder.flush_every = 0.3
         admin.recorder.start()
         await asyncio.sleep(1.2)
@@ -291,7 +293,7 @@ def test_stats_interval_0_records_nothing(tmp_path):
 
 
 def job_processes(pid: int) -> list[int]:
-    """The processes of the job's process group (the job and its JVM) still alive."""
+    """The processes of the worker's process group (the worker and its JVM) still alive."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -303,23 +305,31 @@ def job_processes(pid: int) -> list[int]:
     return found
 
 
-def test_scheduled_rollups_run_the_job_in_a_process_of_its_own(recorded, tmp_path):
-    """Two Spark runs: the first writes the 1m windows and logs its summary; the second is stopped
-    with nsqadmin, which still exits 0 promptly and leaves no job process behind."""
+def worker_pids(admin: AdminProcess) -> list[int]:
+    return [int(pid) for pid in re.findall(r"rollup: the worker started \(pid (\d+)\)", admin.log())]
+
+
+def test_the_rollup_worker_keeps_spark_warm_and_is_started_again_if_it_dies(recorded, tmp_path):
+    """Two runs of one worker on one SparkSession; the worker killed, then started again after a
+    backoff; stopped with nsqadmin, which exits 0 promptly and leaves no process behind."""
     cluster, _, _ = recorded
     admin = AdminProcess(f"--lookupd-http-address={cluster.lookupd_http}", *recording(tmp_path)[:2],
-                         "--rollup-interval=3s", "--spark-master=local[1]")
+                         "--rollup-interval=2s", "--spark-master=local[1]")
     try:
-        wait_for(lambda: "rollup: the job finished in" in admin.log(), timeout=120, what="a first rollup run")
+        runs = r"rollup: read [1-9]\d* raw rows from \d+ files, wrote \d+ windows"
+        wait_for(lambda: len(re.findall(runs, admin.log())) >= 2, timeout=180, what="two rollup runs")
         assert visible_files(rollups_dir(tmp_path) / "1m")
-        assert re.search(r"rollup: .*read \d+ raw rows from \d+ files, wrote \d+ windows", admin.log())
-        second = wait_for(lambda: re.findall(r"rollup: the job started \(pid (\d+)\)", admin.log())[1:],
-                          timeout=30, what="a second rollup run")
+        assert len(re.findall(r"rollup: started Spark on local\[1\]", admin.log())) == 1
+        first = worker_pids(admin)[0]
+        os.killpg(first, 9)
+        wait_for(lambda: "rollup: the worker exited with status -9" in admin.log(), timeout=10, what="the exit")
+        second = wait_for(lambda: worker_pids(admin)[1:], timeout=10, what="a new worker")[0]
+        wait_for(lambda: len(re.findall(runs, admin.log())) >= 3, timeout=180, what="a run of the new worker")
     finally:
         started = time.monotonic()
         assert admin.stop() == 0
     assert time.monotonic() - started < 15
-    assert not job_processes(int(second[0]))
+    assert not job_processes(first) and not job_processes(second)
     assert "Traceback" not in admin.log()
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from nsqadmin.history import layout
 from nsqadmin.history.rollup_job import run_rollup
-from nsqadmin.history.rollup_state import load_state
+from nsqadmin.history.rollup_state import load_state, raw_files
 
 from .history_raw import T0, copy_raw, missing, rollups, snapshot, utc, window, write_raw
 from .spark_fixtures import spark  # noqa: F401
@@ -104,7 +104,8 @@ def test_incremental_runs_and_a_late_file_give_what_one_full_run_gives(spark, tm
     roll_up(spark, full)
     for level in layout.WINDOWS:
         assert normalised(rollups(incremental, level)) == normalised(rollups(full, level)), level
-    assert load_state(incremental).seen == load_state(full).seen
+    for stats_dir in (incremental, full):
+        assert load_state(stats_dir).seen == set(raw_files(stats_dir))
 
 
 def test_compaction_merges_a_closed_hour_and_later_runs_stay_exact(spark, tmp_path):
@@ -118,8 +119,8 @@ def test_compaction_merges_a_closed_hour_and_later_runs_stay_exact(spark, tmp_pa
     assert len(merged) == 1 and pq.read_table(merged[0]).num_rows == 18
     assert load_state(tmp_path).seen == {str(merged[0].relative_to(layout.raw_dir(tmp_path)))}
     assert rollups(tmp_path, "1m") == before
-    write_raw(tmp_path, [snapshot(T0 + 180 + 10 * i, A, "orders", "billing", messages=10 * (18 + i))
-                         for i in range(6)])
+    write_raw(tmp_path, [snapshot(T0 + 180 + 10 * i, A, "orders", "billing", messages=10 * (18 + i),
+                                  requeues=18 + i) for i in range(6)])
     roll_up(spark, tmp_path, now=utc(T0 + 2 * 3600))
     full = tmp_path / "full"
     copy_raw(tmp_path, full)
@@ -198,3 +199,27 @@ def test_the_command_rolls_up_once_and_exits_0(tmp_path):
 def test_the_command_refuses_bad_flags_with_a_message(args, message):
     done = rollup_command(*args)
     assert done.returncode == 1 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_small_files_of_a_closed_block_are_merged_new_and_rolled_up_apart(spark, tmp_path):
+    """A file every 10 s, as the recorder writes them: before rolling up, the new files of each
+    closed ten-minute block become one; files rolled up before are merged only with each other."""
+    hour_dir = layout.raw_partition(tmp_path, utc(T0))
+    now = utc(T0 + 1800)
+    for tick in range(12):
+        write_raw(tmp_path, traffic(A, 1, range(tick, tick + 1)))
+    summary = roll_up(spark, tmp_path, now=now)
+    assert summary.files == 1 and summary.raw_rows == 12
+    assert len(layout.visible_files(hour_dir)) == 1
+    for tick in range(12, 18):
+        write_raw(tmp_path, traffic(A, 1, range(tick, tick + 1)))
+    assert (roll_up(spark, tmp_path, now=now).files, len(layout.visible_files(hour_dir))) == (2, 2)
+    roll_up(spark, tmp_path, now=now)
+    merged = layout.visible_files(hour_dir)
+    assert len(merged) == 1 and pq.read_table(merged[0]).num_rows == 18
+    assert load_state(tmp_path).seen == {str(merged[0].relative_to(layout.raw_dir(tmp_path)))}
+    full = tmp_path / "full"
+    copy_raw(tmp_path, full)
+    roll_up(spark, full, now=now)
+    for level in layout.WINDOWS:
+        assert normalised(rollups(tmp_path, level)) == normalised(rollups(full, level)), level

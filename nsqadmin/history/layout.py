@@ -19,7 +19,7 @@ Raw rows are one per (ts, node, topic, channel) per poll: ``channel`` is ``""`` 
 topic's own row (recorded for every topic, so a topic has a publish rate whether or not
 it has channels). A node that did not answer is one row with ``missing`` true and every
 other column but ``ts`` and ``node`` null. ``ts`` is the poll's time, the same for every
-node of one poll.
+node of one poll. ``start_time`` is the same on every row of a node's answer.
 
 Rollup rows are one per (window start ``ts``, node, topic, channel); ``node`` is
 :data:`ALL_NODES` for the sum across nodes.
@@ -59,6 +59,9 @@ RAW_SCHEMA = pa.schema([
     ("paused", pa.bool_()),
     # nsqd's e2e processing latency percentiles in ns, keyed by quantile as Go prints it ("0.99")
     ("e2e_ns", pa.map_(pa.string(), pa.float64())),
+    # the node's /stats start_time (unix seconds): a new value means nsqd restarted (null in files
+    # written before it was recorded)
+    ("start_time", pa.int64()),
 ])
 
 # Counters are summed over a window; gauges are summarised. ``covered_seconds`` is the time the

@@ -86,6 +86,7 @@ def _stats_struct(count: type) -> type:
         e2e_processing_latency: Latency | None = None
 
     class NodeStats(msgspec.Struct, gc=False):
+        start_time: count = 0
         topics: list[TopicStats] | None = None
 
     return NodeStats
@@ -124,6 +125,7 @@ class NodeRows(NamedTuple):
     numbers: tuple[bytes, ...]  # int64s per row, a column of INT64_COLUMNS each
     paused: bytes  # a byte per row
     e2e_values: bytes
+    start_time: bytes  # the node's start_time as an int64, repeated on each of its rows
 
 
 SHAPE = 6
@@ -157,7 +159,8 @@ def node_rows(node: str, stats) -> NodeRows:
          zeros + struct.pack(only, *[channel.timeout_count for channel in channels]),
          zeros + struct.pack(only, *[channel.client_count for channel in channels])),
         struct.pack(f"{count}?", *[topic.paused for topic in topics], *[channel.paused for channel in channels]),
-        struct.pack(f"{len(percentiles)}d", *[percentile.value for percentile in percentiles]))
+        struct.pack(f"{len(percentiles)}d", *[percentile.value for percentile in percentiles]),
+        struct.pack("q", stats.start_time))
 
 
 class Layout:
@@ -212,6 +215,7 @@ class PollRows:
                    for n, name in enumerate(INT64_COLUMNS)}
         return _batch(columns | {
             "ts": _from_bytes(TS_TYPE, count, struct.pack("q", self.ts_us) * count),
+            "start_time": _from_bytes(pa.int64(), count, b"".join(rows.start_time * rows.count for rows in nodes)),
             "node": layout["node"],
             "topic": layout["topic"],
             "channel": layout["channel"],

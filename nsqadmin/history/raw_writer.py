@@ -111,7 +111,6 @@ class RawWriter:
         self.stats_dir = Path(stats_dir)
         self.keep_rows = keep_rows
         self.rows = 0
-        self.last_flush = time.monotonic()
         self._pending: Pending = []
         self._lock = asyncio.Lock()
         self._recent_temporaries: set[Path] = set()  # hidden raw files too recent to judge yet
@@ -122,6 +121,11 @@ class RawWriter:
             self._recent_temporaries = await asyncio.to_thread(
                 lambda: remove_stale(raw_temporaries(self.stats_dir), time.time()))
 
+    @property
+    def oldest_ts_us(self) -> int | None:
+        """The time of the oldest buffered poll, if any."""
+        return self._pending[0][0] if self._pending else None
+
     def append(self, ts_us: int, table: pa.Table) -> None:
         self._pending.append((ts_us, table))
         self.rows += table.num_rows
@@ -129,7 +133,6 @@ class RawWriter:
     async def flush(self) -> None:
         """Write every buffered row (after any flush already under way)."""
         async with self._lock:
-            self.last_flush = time.monotonic()
             polls, self._pending, self.rows = self._pending, [], 0
             if self._recent_temporaries:
                 self._recent_temporaries = await asyncio.to_thread(remove_stale, self._recent_temporaries,

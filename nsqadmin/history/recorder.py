@@ -34,14 +34,18 @@ but 15% of the time (the kernel's share).
   the poll says so with a warning and records only those missing rows: the nodes known
   from the previous poll. A node's failure is logged when it starts and when it ends,
   not at every poll.
-- Rows are buffered (raw_writer) and flushed: by the scheduler right before each rollup
-  run, when FLUSH_ROWS are buffered, every FLUSH_SECONDS when no rollups are scheduled,
-  and at stop, before nsqadmin exits. Before its first poll the recorder deletes the
+- Rows are buffered (raw_writer) and flushed after a poll when the oldest buffered poll would
+  otherwise be older than ``flush_every`` (flush_seconds: one --stats-interval or
+  MIN_FLUSH_SECONDS, whichever is longer) at the next one, so at the default 10 s after
+  every poll; also when FLUSH_ROWS are buffered, and at stop, before nsqadmin exits. So
+  every snapshot is on disk, where any rollup run sees it and a crash of nsqadmin cannot
+  take it, within ``flush_every`` of its time, whatever --rollup-interval is; the rollup job
+  merges the small files (compaction.py). Before its first poll the recorder deletes the
   hidden files that flushes killed mid-way left behind (raw_writer).
 
 Crash loss: buffered rows exist only in memory until flushed, so a crash (kill -9, power
-loss) loses the rows since the last flush: up to one --rollup-interval of snapshots, or
-FLUSH_SECONDS without scheduled rollups. A clean stop (SIGTERM, SIGINT) loses nothing.
+loss) loses the polls of the last ``flush_every`` at most. A clean stop (SIGTERM, SIGINT)
+loses nothing.
 """
 
 import asyncio
@@ -59,8 +63,13 @@ log = logging.getLogger("nsqadmin")
 
 STATS_PATH = "/stats?format=json&include_clients=false"
 FLUSH_ROWS = 500_000
-FLUSH_SECONDS = 60.0
+MIN_FLUSH_SECONDS = 10.0
 LISTING_SECONDS = 30
+
+
+def flush_seconds(stats_interval: float) -> float:
+    """The longest a snapshot waits in memory: one --stats-interval, or MIN_FLUSH_SECONDS if longer."""
+    return max(stats_interval, MIN_FLUSH_SECONDS)
 
 
 class Complaints:
@@ -83,11 +92,11 @@ class Complaints:
 
 
 class Recorder:
-    """Polls the cluster every ``interval`` seconds into ``writer``; ``flush_every`` seconds (or
-    None) between flushes of its own."""
+    """Polls the cluster every ``interval`` seconds into ``writer``; a snapshot is written within
+    ``flush_every`` seconds of its time."""
 
     def __init__(self, ci: ClusterInfo, fetcher: StatsFetcher, writer: RawWriter, interval: float,
-                 flush_every: float | None):
+                 flush_every: float):
         self.ci = ci
         self.fetcher = fetcher
         self.writer = writer
@@ -141,10 +150,13 @@ class Recorder:
             tick = following
 
     def _flush_if_due(self) -> None:
+        """Flush now if the oldest buffered poll would be older than ``flush_every`` at the next tick."""
         if self._flushing is not None and not self._flushing.done():
             return
-        overdue = self.flush_every is not None and time.monotonic() - self.writer.last_flush >= self.flush_every
-        if self.writer.rows >= FLUSH_ROWS or overdue:
+        oldest = self.writer.oldest_ts_us
+        next_tick_us = self._next_tick(time.time_ns()) // 1000
+        due = oldest is not None and next_tick_us - oldest >= self.flush_every * 1e6
+        if self.writer.rows >= FLUSH_ROWS or due:
             self._flushing = asyncio.create_task(self.writer.flush())
 
     async def poll(self, ts_us: int) -> None:

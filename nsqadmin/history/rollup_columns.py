@@ -1,23 +1,29 @@
 """How each column of a rollup window is computed from what the window covers, as Spark expressions.
 
-Theory of operation. Three aggregations fill layout.ROLLUP_SCHEMA's values; the job carries a
-window's names as a 64-bit key (series_ids.py) and puts the names back when it writes:
+Theory of operation. The job carries a window's names as a 64-bit key (series_ids.py) and
+puts the names back when it writes. Each level is two aggregations:
 
-- a node's minute, from its snapshots and their counter deltas (rollup_job computes those);
-- the minute across nodes (ALL_NODES), from the nodes' minutes: counters summed,
-  ``covered_seconds`` and ``samples`` the largest node's, gauges summed (the sums of the nodes'
-  values: the cluster's own for ``*_last`` and ``depth_avg``, upper bounds for ``depth_max`` and
-  ``depth_p95`` when nodes peak at different moments). The same aggregation passes each node's
-  own row through, so one pass yields both;
-- an hour from its minutes and a day from its hours, for every node and for ALL_NODES:
-  counters summed, ``depth_avg`` weighted by samples, ``depth_p95`` over the finer windows'
-  ``depth_avg``, ``*_last`` from the last finer window.
+- a node's window: a minute from its snapshots and their counter deltas (rollup_job computes
+  those); an hour from its minutes and a day from its hours: counters summed, ``depth_avg``
+  weighted by samples, ``depth_p95`` over the finer windows' ``depth_avg``, ``*_last`` from the
+  last finer window. The same aggregation gives the cluster's own ALL_NODES window: a minute
+  from the cluster's polls (at each poll time, the sums of the depths, in-flight counts and
+  clients that the nodes reported then), an hour from the ALL_NODES minutes, a day from the
+  ALL_NODES hours. So the cluster's ``depth_max``, ``in_flight_max`` and ``clients_max`` are the
+  largest sums any poll saw, its ``depth_p95`` the percentile of those sums (a minute) or of its
+  finer windows' ``depth_avg`` (an hour, a day), its ``samples`` the polls in the window.
+- the window across nodes (:func:`window_aggregates`): every node's window of a topic and
+  channel and the cluster's own make the ALL_NODES window, whose counters, ``rate``,
+  ``depth_avg`` and ``*_last`` are the sums of the nodes' values at the same level (a node that
+  missed polls has its own rate over the time it was seen, so it does not drag the cluster's
+  down), ``covered_seconds`` the longest any node covered, and the rest the cluster's own
+  window's. The same aggregation passes each node's window through, so one pass yields both.
 
 An incremental run must write the very bits a full run writes, yet Spark adds numbers in
 whatever order rows reach an aggregate, and float addition depends on the order. Integer
-addition does not: time is summed as integer microseconds, depths as integers, and averages
-(across nodes, and weighted by samples) as integer thousandths of a message, so those come out
-rounded to a thousandth. Percentiles are the 95th with linear interpolation between the
+addition does not: time is summed as integer microseconds, depths as integers, averages
+(across nodes, and weighted by samples) as integer thousandths of a message and rates across
+nodes as integer billionths of a message a second, so those come out rounded so. Percentiles are the 95th with linear interpolation between the
 closest ranks (numpy's default), and the aggregation of every raw row stays a hash aggregation
 of fixed-width values, which Spark compiles. Of up to 21 values the 95th lies between the
 largest and the next, so a node's minute (6 snapshots at the default 10-second interval, 20 at
@@ -39,8 +45,10 @@ _SPARK_TYPES = {"timestamp[us, tz=UTC]": TimestampType(), "string": StringType()
                 "double": DoubleType(), "bool": BooleanType()}
 MICROS = 1_000_000
 PERCENTILE = 0.95
-# Averages are added as integer thousandths of a message: exact, so the same in any order.
+# Averages are added as integer thousandths of a message, rates as integer billionths of a
+# message a second: exact, so the same in any order.
 FIXED_POINT = 1000
+RATE_FIXED_POINT = 1_000_000_000
 
 
 def spark_type(arrow_type: pa.DataType) -> DataType:
@@ -58,11 +66,13 @@ NAMES = ("node", "topic", "channel")
 VALUES = tuple(name for name in layout.ROLLUP_SCHEMA.names if name not in NAMES)
 
 
-def value_columns(**columns: Column) -> list[Column]:
-    """``columns``: every column of layout.ROLLUP_SCHEMA but the names, in its order and types."""
+def value_columns(partial: bool = False, **columns: Column) -> list[Column]:
+    """``columns``: every column of layout.ROLLUP_SCHEMA but the names, in its order and types
+    (with ``partial``, those not given are null)."""
     missing = set(VALUES) - set(columns)
-    assert not missing, f"rollup columns not computed: {sorted(missing)}"
-    return [columns[name].cast(spark_type(layout.ROLLUP_SCHEMA.field(name).type)).alias(name) for name in VALUES]
+    assert partial or not missing, f"rollup columns not computed: {sorted(missing)}"
+    return [columns.get(name, F.lit(None)).cast(spark_type(layout.ROLLUP_SCHEMA.field(name).type)).alias(name)
+            for name in VALUES]
 
 
 def ratio(messages: Column, covered_seconds: Column) -> Column:
@@ -149,45 +159,87 @@ def node_minute_columns() -> list[Column]:
     )
 
 
-# -- a minute per node and across nodes, from the nodes' minute rows --------------------------
+# -- the cluster's polls and minutes, from the raw rows of every node ---------------------------
 
-def minute_aggregates() -> list[Column]:
-    """Over the rows of one minute and ``window_key``: a node's own row, whose sums and maxima
-    are its values, or for the ALL_NODES key every node's row of the topic and channel."""
+def cluster_poll_aggregates(columns: list[str]) -> list[Column]:
+    """Over the raw rows of one poll (``ts_us``) of one topic and channel on every node: the
+    cluster's gauges at that moment, the sums of what the nodes that answered reported.
+
+    ``shared`` reads every one of ``columns`` and is carried to the minutes' ``samples`` as 0,
+    so that Spark keeps them all in the shuffle the polls share with the deltas (it prunes
+    what a use does not read, and runs a shuffle once for two uses only if both read the same)."""
+    return [F.sum("depth").alias("depth"), F.sum("in_flight").alias("in_flight"),
+            F.sum("client_count").alias("client_count"),
+            F.max(F.hash(*columns)).alias("shared")]
+
+
+def cluster_minute_aggregates() -> list[Column]:
+    """Over the cluster's polls of one minute, with :func:`with_group_max` of their depth."""
     return [
-        F.max("samples").alias("samples"),
-        F.max("covered_seconds").alias("covered_seconds"),
-        F.sum("messages").alias("messages"),
-        F.sum("requeues").alias("requeues"),
-        F.sum("timeouts").alias("timeouts"),
-        F.sum("finished").alias("finished"),
-        F.sum("depth_max").alias("depth_max"),
-        F.max("depth_avg").alias("node_depth_avg"),
-        fixed_point_sum(F.col("depth_avg")).alias("depth_avg_fixed"),
-        F.max("depth_p95").alias("node_depth_p95"),
-        fixed_point_sum(F.col("depth_p95")).alias("depth_p95_fixed"),
-        F.sum("depth_last").alias("depth_last"),
-        F.sum("in_flight_max").alias("in_flight_max"),
-        F.sum("in_flight_last").alias("in_flight_last"),
-        F.sum("clients_max").alias("clients_max"),
-        F.sum("clients_last").alias("clients_last"),
-        F.max("e2e_p99_max").alias("e2e_p99_max"),
-        F.bool_or("paused_last").alias("paused_last"),
+        F.count(F.lit(1)).alias("samples"),
+        F.max("depth").alias("depth_max"),
+        F.count(F.when(F.col("depth") == F.col("group_max"), True)).alias("depth_max_count"),
+        F.max(F.when(F.col("depth") < F.col("group_max"), F.col("depth"))).alias("depth_below_max"),
+        F.max("in_flight").alias("in_flight_max"),
+        F.max("client_count").alias("clients_max"),
+        F.max("shared").alias("shared"),
     ]
 
 
-def minute_columns() -> list[Column]:
-    """The values of :func:`minute_aggregates` grouped by ``ts``, ``window_key`` and the
-    ``all_key`` of the rows' topic and channel: a node's row unchanged, or the ALL_NODES row."""
-    across_nodes = F.col("window_key") == F.col("all_key")
+def cluster_minute_columns() -> list[Column]:
+    """What the cluster's polls decide of an ALL_NODES minute starting at ``minute_us`` (the
+    rest null: the nodes' minutes decide it, see :func:`window_aggregates`)."""
+    return value_columns(
+        partial=True, ts=F.timestamp_micros("minute_us"), samples=F.col("samples") + F.col("shared") * 0,
+        depth_max=F.col("depth_max"),
+        depth_p95=top_two_p95(F.col("samples"), F.col("depth_max"), F.col("depth_max_count"),
+                              F.col("depth_below_max")),
+        in_flight_max=F.col("in_flight_max"), clients_max=F.col("clients_max"),
+    )
+
+
+# -- a window per node and across nodes, from each node's window and the cluster's own ---------
+
+def window_aggregates(itself: Column, node_row: Column) -> list[Column]:
+    """Over the rows that make one window: a node's window alone, or for an ALL_NODES window
+    every node's window of the topic and channel and the cluster's own row (from its polls).
+    ``itself`` marks the row that is the window's own (the node's, or the cluster's), whose
+    samples and maxima the window keeps; ``node_row`` the nodes' rows, whose counters, rates,
+    means and last values are summed (and e2e maxima and pauses combined) across nodes."""
+
+    def own(column: str) -> Column:
+        return F.when(itself, F.col(column))
+
+    def of_nodes(column: str) -> Column:
+        return F.when(node_row, F.col(column))
+
+    return [
+        F.max(own("samples")).alias("samples"),
+        F.max(of_nodes("covered_seconds")).alias("covered_seconds"),
+        *(F.sum(of_nodes(name)).alias(name) for name in ("messages", "requeues", "timeouts", "finished",
+                                                         "depth_last", "in_flight_last", "clients_last")),
+        F.max(own("rate")).alias("own_rate"),
+        F.sum(nearest_long(of_nodes("rate") * RATE_FIXED_POINT)).alias("rate_fixed"),
+        F.max(own("depth_avg")).alias("own_depth_avg"),
+        fixed_point_sum(of_nodes("depth_avg")).alias("depth_avg_fixed"),
+        *(F.max(own(name)).alias(name) for name in ("depth_max", "depth_p95", "in_flight_max", "clients_max")),
+        F.max(of_nodes("e2e_p99_max")).alias("e2e_p99_max"),
+        F.bool_or(of_nodes("paused_last")).alias("paused_last"),
+    ]
+
+
+def window_columns(across: Column) -> list[Column]:
+    """The values of :func:`window_aggregates` grouped by the window's key and ``ts``; ``across``
+    marks an ALL_NODES window."""
     return value_columns(
         ts=F.col("ts"), samples=F.col("samples"), covered_seconds=F.col("covered_seconds"),
-        messages=F.col("messages"), rate=ratio(F.col("messages"), F.col("covered_seconds")),
+        messages=F.col("messages"),
+        rate=F.when(across, F.col("rate_fixed") / RATE_FIXED_POINT).otherwise(F.col("own_rate")),
         requeues=F.col("requeues"), timeouts=F.col("timeouts"), finished=F.col("finished"),
         depth_max=F.col("depth_max"),
-        depth_avg=F.when(across_nodes, F.col("depth_avg_fixed") / FIXED_POINT).otherwise(F.col("node_depth_avg")),
-        depth_p95=F.when(across_nodes, F.col("depth_p95_fixed") / FIXED_POINT).otherwise(F.col("node_depth_p95")),
-        depth_last=F.col("depth_last"), in_flight_max=F.col("in_flight_max"), in_flight_last=F.col("in_flight_last"),
+        depth_avg=F.when(across, F.col("depth_avg_fixed") / FIXED_POINT).otherwise(F.col("own_depth_avg")),
+        depth_p95=F.col("depth_p95"), depth_last=F.col("depth_last"),
+        in_flight_max=F.col("in_flight_max"), in_flight_last=F.col("in_flight_last"),
         clients_max=F.col("clients_max"), clients_last=F.col("clients_last"),
         e2e_p99_max=F.col("e2e_p99_max"), paused_last=F.col("paused_last"),
     )

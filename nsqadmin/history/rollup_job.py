@@ -2,25 +2,28 @@
 
 Theory of operation. One run, under rollups/.lock:
 
-1. Finish or roll back an interrupted compaction (compaction.py), then find the raw files not
-   yet rolled up (rollup_state.py). Without any, skip to 5: the JVM is not even started.
+1. Finish or roll back an interrupted compaction and merge the small files of closed blocks
+   (compaction.py), then find the raw files not yet rolled up (rollup_state.py). Without any,
+   skip to 5: Spark is not even asked for.
 2. Work out the minutes to rewrite and the raw files to read (touched.py), and read those
    files' rows of the needed spans, leaving out the rows that only mark a node as missing.
-3. A node's minutes. Per series (node, topic, channel: a 64-bit key, series_ids.py), each
-   snapshot's counter deltas from the series' previous snapshot, by a window ordered by minute
-   and time (a counter below its previous value means nsqd restarted, and its value is the
-   delta; a gap over MAX_DELTA_GAP starts a new baseline). Then one row per series and minute,
-   by a hash aggregation that keeps the window's partitioning: one shuffle of the raw rows in
-   all. Names stay keys until the rows are written.
+3. The minutes. A shuffle by topic and channel (the ALL_NODES key, series_ids.py) puts every
+   node's rows of a topic and channel in one task. Per series (node, topic, channel: a 64-bit
+   key), each snapshot's counter deltas from the series' previous snapshot, by a window ordered
+   by minute and time (a restart of nsqd makes every counter's value its delta; a gap over
+   MAX_DELTA_GAP starts a new baseline), then one row per series and minute by a hash
+   aggregation that keeps the partitioning; the cluster's polls (the nodes' gauges summed per
+   poll time) and minutes; and the ALL_NODES minutes from both (rollup_columns.py). Names stay
+   keys until the rows are written.
 4. Each level is written whole for every partition it touches. A 1m partition (an hour) gets
-   the node rows it keeps outside the rewritten minutes and the new ones, shuffled so an hour
-   is one task and one file, with the ALL_NODES rows computed from those node rows in the same
-   aggregation, and the hour's 1h windows from those minutes in the same task. A 1h partition
-   (a day) gets those hours with the hours it keeps, a 1d partition (a month) the days of the
-   new 1h files. Files are staged in a hidden directory and then each replaces its partition
-   atomically. A run that dies before saving the state leaves its raw files new, and the next
-   run rewrites the same partitions again.
-5. health.json from the newest minutes, then the state, retention, and compaction.
+   the rows it keeps outside the rewritten minutes and the new ones, shuffled so an hour is one
+   task and one file, and the hour's 1h windows from those minutes in the same task. A 1h
+   partition (a day) gets those hours with the hours it keeps, a 1d partition (a month) the
+   days of the new 1h files. Files are staged in a hidden directory and then each replaces its
+   partition atomically. A run that dies before saving the state leaves its raw files new, and
+   the next run rewrites the same partitions again.
+5. health.json from the newest minutes, then the state, retention, and the closed hours'
+   compaction.
 """
 
 import logging
@@ -42,8 +45,9 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window, functions as F
 from . import compaction, layout
 from .health_report import write_health
 from .partitions import period_start
-from .rollup_columns import (NAMES, VALUES, coarser_aggregates, coarser_columns, minute_aggregates, minute_columns,
-                             node_minute_aggregates, node_minute_columns, spark_schema, with_group_max, with_group_p95)
+from .rollup_columns import (NAMES, VALUES, cluster_minute_aggregates, cluster_minute_columns, cluster_poll_aggregates,
+                             coarser_aggregates, coarser_columns, node_minute_aggregates, node_minute_columns,
+                             spark_schema, window_aggregates, window_columns, with_group_max, with_group_p95)
 from .series_ids import named_keys, series_names, window_key
 from .rollup_state import (RollupState, delete_expired_raw, delete_expired_rollups, load_state, raw_files,
                            raw_hour, rollup_lock, save_state)
@@ -103,15 +107,20 @@ def run_rollup(stats_dir: str | Path, spark: Callable[[int], SparkSession], now:
         _remove_staging(stats_dir)
         state = load_state(stats_dir)
         compaction.recover(stats_dir, state)
+        _compact("blocks", lambda: compaction.compact_closed_blocks(stats_dir, state, now))
         summary = _roll_up_new_files(stats_dir, spark, state)
         write_health(stats_dir, now)
         _apply_retention(stats_dir, state, now - retention)
-        compacting = time.monotonic()
-        compacted = compaction.compact_closed_hours(stats_dir, state, now)
-        if compacted:
-            log.info("compacted the raw files of %d closed hours in %.1f s", compacted, time.monotonic() - compacting)
+        _compact("hours", lambda: compaction.compact_closed_hours(stats_dir, state, now))
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def _compact(what: str, merge: Callable[[], int]) -> None:
+    began = time.monotonic()
+    merged = merge()
+    if merged:
+        log.info("compacted the raw files of %d closed %s in %.1f s", merged, what, time.monotonic() - began)
 
 
 def _remove_staging(stats_dir: Path) -> None:
@@ -127,7 +136,8 @@ def _roll_up_new_files(stats_dir: Path, spark: Callable[[int], SparkSession], st
     if not new_files:
         return RollupSummary()
     rewrite = rewrite_spans(new_row_spans(layout.raw_dir(stats_dir), new_files, state.seen))
-    paths = [layout.raw_dir(stats_dir) / relative for relative in files_to_read(files, read_spans(rewrite))]
+    raw = layout.raw_dir(stats_dir)
+    paths = [raw / relative for relative in files_to_read(raw, files, read_spans(rewrite))]
     raw_bytes = sum(path.stat().st_size for path in paths)
     log.info("reading %d raw files (%.1f MB) to rewrite %s", len(paths), raw_bytes / 1e6, _describe(rewrite))
     session = spark(raw_bytes)
@@ -162,8 +172,8 @@ def _roll_up(spark: SparkSession, stats_dir: Path, staging: Path, paths: list[Pa
     months = sorted({day.replace(day=1) for day in days})
     kept_minutes = _existing(stats_dir, "1m", hours)
     keys, salt = named_keys(spark, series_names(paths + kept_minutes))
-    node_minutes = _node_minutes(_snapshots(spark, paths, read_spans(rewrite)), keys, salt, rewrite)
-    steps = (("1m", hours, lambda: _write_hourly(spark, staging, node_minutes, kept_minutes, keys, salt, rewrite, hours)),
+    new_minutes = _new_minutes(_snapshots(spark, paths, read_spans(rewrite)), salt, rewrite)
+    steps = (("1m", hours, lambda: _write_hourly(spark, staging, new_minutes, kept_minutes, keys, salt, rewrite, hours)),
              ("1h", days, lambda: _write_hours(spark, stats_dir, staging, hours, days)),
              ("1d", months, lambda: _write_days(spark, stats_dir, staging, days, months)))
     for level, partitions, write in steps:
@@ -205,33 +215,46 @@ def _snapshots(spark: SparkSession, paths: list[Path], spans: list[Span]) -> Dat
 
 def _numbers(snapshots: DataFrame, salt: int) -> DataFrame:
     """What the deltas and the minute aggregates need of a snapshot, with its series' key as
-    ``sid`` (series_ids.py). A null gauge or counter counts as 0."""
+    ``sid`` and its topic's and channel's ALL_NODES key as ``all_key`` (series_ids.py). A null
+    gauge or counter counts as 0."""
     ts_us = F.unix_micros("ts")
     value = {name: F.coalesce(F.col(name), F.lit(0)) for name in GAUGES_AND_COUNTERS}
     return snapshots.select(
-        window_key(salt).alias("sid"), ts_us.alias("ts_us"), (ts_us - ts_us % MINUTE_US).alias("minute_us"),
+        window_key(salt).alias("sid"), window_key(salt, F.lit(layout.ALL_NODES)).alias("all_key"),
+        ts_us.alias("ts_us"), (ts_us - ts_us % MINUTE_US).alias("minute_us"),
         *(value[name].alias(name) for name in ("depth", "in_flight", "message_count", "requeue_count",
                                                "timeout_count", "client_count")),
         (value["depth"] + value["in_flight"] + value["deferred"]).alias("backlog"),
         F.coalesce(F.col("paused"), F.lit(False)).alias("paused"),
         F.col("e2e_ns").getItem("0.99").alias("e2e_p99"),
+        F.col("start_time"),
     )
 
 
 def _with_deltas(numbers: DataFrame) -> DataFrame:
     """Each snapshot with its counter deltas from the series' previous snapshot (``dt_us`` the
     time between them), or zeros as a new baseline. Ordered by minute first, which the time
-    orders the same way, so that the minutes' window after it finds its rows already sorted."""
-    series = Window.partitionBy("sid").orderBy("minute_us", "ts_us")
-    lags = {f"prev_{column}": F.lag(column).over(series) for column in ("ts_us", *COUNTERS, "backlog")}
+    orders the same way, so that the minutes' window after it finds its rows already sorted.
+
+    A restart of the node (its start_time changed, or any of the series' counters went down:
+    nsqd counts from zero again, as it does for a topic or channel deleted and made again) makes
+    every counter's value its delta: all that was counted since the restart. ``finished``, what
+    left the queue, is the messages in less the growth of the backlog (depth + in flight +
+    deferred) whether or not nsqd restarted in between: nsqd writes its whole backlog to disk
+    when it stops and has it again when it starts, so the backlog before a restart is the one
+    after it has grown from (messages lost to a crash count as having left)."""
+    series = Window.partitionBy("all_key", "sid").orderBy("minute_us", "ts_us")
+    lags = {f"prev_{column}": F.lag(column).over(series)
+            for column in ("ts_us", *COUNTERS, "backlog", "start_time")}
     continues = F.col("prev_ts_us").isNotNull() & (F.col("ts_us") - F.col("prev_ts_us") <= MAX_DELTA_GAP_US)
+    restarted = reduce(or_, [F.col(counter) < F.col(f"prev_{counter}") for counter in COUNTERS],
+                       F.coalesce(F.col("start_time") != F.col("prev_start_time"), F.lit(False)))
 
     def delta(counter: str) -> Column:
         current, before = F.col(counter), F.col(f"prev_{counter}")
-        return F.when(~continues, 0).when(current >= before, current - before).otherwise(current)
+        return F.when(~continues, 0).when(restarted, current).otherwise(current - before)
 
-    reset = F.col("message_count") < F.col("prev_message_count")
-    finished = F.when(~continues | reset, 0).otherwise(
+    finished = F.when(~continues, 0).otherwise(
         F.greatest(F.lit(0), delta("message_count") - (F.col("backlog") - F.col("prev_backlog"))))
     return numbers.withColumns(lags).withColumns({
         "dt_us": F.when(continues, F.col("ts_us") - F.col("prev_ts_us")).otherwise(0),
@@ -242,14 +265,45 @@ def _with_deltas(numbers: DataFrame) -> DataFrame:
     })
 
 
-def _node_minutes(snapshots: DataFrame, keys: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
-    """Each series' minutes in the rewritten spans: its ``key``, the ``all_key`` of its
-    topic's and channel's ALL_NODES rows, and the values."""
-    deltas = _with_deltas(_numbers(snapshots, salt)).where(_within_us("minute_us", rewrite))
-    group = ["sid", "minute_us"]
-    minutes = with_group_max(deltas, group, "depth").groupBy(*group).agg(*node_minute_aggregates())
-    all_keys = F.broadcast(keys.select(F.col("key").alias("sid"), "all_key"))
-    return minutes.join(all_keys, "sid").select(F.col("sid").alias("key"), "all_key", *node_minute_columns())
+def _new_minutes(snapshots: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
+    """The rewritten minutes of every series (``key``, ``all_key``, values) and of every
+    topic's and channel's ALL_NODES row (``key`` = ``all_key``).
+
+    One shuffle, by ``all_key``, puts each topic's and channel's rows of every node in one
+    task. There the window finds each snapshot's predecessor in its series, the nodes' minutes
+    are aggregated, the cluster's polls (the nodes' gauges summed per poll) and minutes too,
+    and both combine into the ALL_NODES minutes (:func:`_across_nodes`), each step on the
+    partitioning the shuffle gave. Spark runs a shuffle used twice once only if the plans under
+    both uses are the same, so the polls read every column of the snapshots (see
+    rollup_columns.cluster_poll_aggregates) and all of them, the look-back's too, whose
+    ALL_NODES minutes are then left out (no node minute of theirs gives them a covered time):
+    a filter on their minutes would be pushed under the shuffle. Otherwise each use would read
+    and shuffle the raw rows on its own, a third of a full run."""
+    numbers = _numbers(snapshots, salt).repartition("all_key")
+    deltas = _with_deltas(numbers).where(_within_us("minute_us", rewrite))
+    group = ["all_key", "sid", "minute_us"]
+    nodes = (with_group_max(deltas, group, "depth").groupBy(*group).agg(*node_minute_aggregates())
+             .select(F.col("sid").alias("key"), "all_key", *node_minute_columns()))
+    polls = numbers.groupBy("all_key", "minute_us", "ts_us").agg(*cluster_poll_aggregates(numbers.columns))
+    cluster = (with_group_max(polls, ["all_key", "minute_us"], "depth").groupBy("all_key", "minute_us")
+               .agg(*cluster_minute_aggregates()).select(F.col("all_key").alias("key"), "all_key",
+                                                         *cluster_minute_columns()))
+    minutes = _across_nodes(nodes.unionByName(cluster), ["all_key"], "key", F.col("all_key"))
+    return minutes.where(F.col("covered_seconds").isNotNull())  # not the look-back's: no node minute
+
+
+def _across_nodes(windows: DataFrame, by: list[str], own: str, everyone: Column) -> DataFrame:
+    """``windows`` (the nodes' windows and the cluster's own, rollup_columns.window_aggregates)
+    as the nodes' windows unchanged and the ALL_NODES windows. ``own`` names a window (a key or
+    the node), ``everyone`` is its ALL_NODES value, and ``by`` are grouped on as well (columns
+    the input is partitioned by, so no shuffle is needed)."""
+    window = f"window_{own}"
+    own_only = F.col(own) == everyone
+    exploded = windows.withColumn(window, F.explode(F.when(own_only, F.array(F.col(own)))
+                                                    .otherwise(F.array(F.col(own), everyone))))
+    return (exploded.groupBy(*by, window, "ts")
+            .agg(*window_aggregates(itself=F.col(own) == F.col(window), node_row=F.col(own) != everyone))
+            .select(*by, F.col(window).alias(own), *window_columns(across=F.col(window) == everyone)))
 
 
 def _existing(stats_dir: Path, level: str, periods: list[datetime]) -> list[Path]:
@@ -276,32 +330,30 @@ def _with_partition_keys(frame: DataFrame, level: str) -> DataFrame:
     return frame
 
 
-def _write_hourly(spark: SparkSession, staging: Path, node_minutes: DataFrame, kept_minutes: list[Path],
+def _write_hourly(spark: SparkSession, staging: Path, new_minutes: DataFrame, kept_minutes: list[Path],
                   keys: DataFrame, salt: int, rewrite: list[Span], touched: list[datetime]) -> None:
     """The ``touched`` hours' 1m partitions and the 1h windows of those hours, one task per hour.
 
-    One shuffle puts each hour in one task: its new node minutes and those it keeps outside the
-    rewritten minutes. There each node row also counts towards its minute's ALL_NODES row
-    (``window_key`` is the row's own key or its ``all_key``), so a single aggregation yields
-    both kinds of rows without another shuffle, and the hour's 1h windows are aggregated from
-    those minutes in the same task. Both go out in one write: each hour's minutes as one file
-    of level=1m, its 1h windows as one file of level=1h that :func:`_write_hours` merges."""
+    One shuffle puts each hour in one task: its new minutes and those it keeps outside the
+    rewritten minutes (every node's and the ALL_NODES ones). There the hour's 1h windows are
+    aggregated from those minutes, each node's from its own and the cluster's own from the
+    ALL_NODES minutes, and combined across nodes (:func:`_across_nodes`) in the same task.
+    Both go out in one write: each hour's minutes as one file of level=1m, its 1h windows as
+    one file of level=1h that :func:`_write_hours` merges."""
     if kept_minutes:
-        kept = (_read_rollups(spark, kept_minutes)
-                .where((F.col("node") != layout.ALL_NODES) & ~_within("ts", rewrite))
+        kept = (_read_rollups(spark, kept_minutes).where(~_within("ts", rewrite))
                 .select(window_key(salt).alias("key"), window_key(salt, F.lit(layout.ALL_NODES)).alias("all_key"),
                         *VALUES))
-        node_minutes = node_minutes.unionByName(kept)
+        new_minutes = new_minutes.unionByName(kept)
     ts_us = F.unix_micros("ts")
-    by_hour = node_minutes.withColumn("hour_start", F.timestamp_micros(ts_us - ts_us % HOUR_US)).repartition("hour_start")
-    minutes = (by_hour.withColumn("window_key", F.explode(F.array("key", "all_key")))
-               .groupBy("hour_start", "ts", "window_key", "all_key").agg(*minute_aggregates())
-               .select("hour_start", F.col("window_key").alias("key"), *minute_columns())
-               .persist())
-    hours = (with_group_p95(minutes, ["hour_start", "key"], "depth_avg").groupBy("hour_start", "key")
+    minutes = (new_minutes.withColumn("hour_start", F.timestamp_micros(ts_us - ts_us % HOUR_US))
+               .repartition("hour_start").persist())
+    finer = (with_group_p95(minutes, ["hour_start", "key"], "depth_avg").groupBy("hour_start", "key", "all_key")
              .agg(*coarser_aggregates())
-             .withColumn("ts", F.col("hour_start")).select("hour_start", "key", *coarser_columns()))
-    levels = minutes.withColumn("level", F.lit("1m")).unionByName(hours.withColumn("level", F.lit("1h")))
+             .withColumn("ts", F.col("hour_start")).select("hour_start", "key", "all_key", *coarser_columns()))
+    hours = _across_nodes(finer, ["hour_start", "all_key"], "key", F.col("all_key"))
+    levels = (minutes.select("hour_start", "key", *VALUES, F.lit("1m").alias("level"))
+              .unionByName(hours.select("hour_start", "key", *VALUES, F.lit("1h").alias("level"))))
     rows = _named(levels, keys).join(F.broadcast(_hour_partitions(spark, touched)), "hour_start").drop("hour_start")
     try:
         rows.write.partitionBy("level", *PARTITION_KEYS["1m"]).parquet(str(staging / HOURLY))
@@ -331,8 +383,9 @@ def _write_days(spark: SparkSession, stats_dir: Path, staging: Path, days: list[
     """The touched months' 1d partitions: the rewritten days' windows, from the 1h windows just
     staged, with those kept."""
     hours = _read_rollups(spark, _staged(staging, "1h")).withColumn("day", F.date_trunc("day", "ts"))
-    windows = (with_group_p95(hours, [*NAMES, "day"], "depth_avg").groupBy(*NAMES, "day").agg(*coarser_aggregates())
-               .withColumn("ts", F.col("day")).select(*NAMES, *coarser_columns()).select(*ROLLUP_NAMES))
+    finer = (with_group_p95(hours, [*NAMES, "day"], "depth_avg").groupBy(*NAMES, "day").agg(*coarser_aggregates())
+             .withColumn("ts", F.col("day")).select(*NAMES, *coarser_columns()))
+    windows = _across_nodes(finer, ["topic", "channel"], "node", F.lit(layout.ALL_NODES)).select(*ROLLUP_NAMES)
     kept = _read_rollups(spark, _existing(stats_dir, "1d", months)).where(~F.col("ts").isin(days))
     _write_level(staging, "1d", windows.unionByName(kept))
 

@@ -1,15 +1,28 @@
-"""``nsqadmin-rollup``: one run of the stats-history rollup job over nsqadmin's ``--stats-dir``.
+"""``nsqadmin-rollup``: the stats-history rollup job over nsqadmin's ``--stats-dir``, once or as a worker.
 
-Flags in Go's syntax (common/goflags), as nsqadmin passes them when it schedules the job:
-exit status 0 after a run (or when another run holds the lock), 1 with a one-line message
-for bad flags, a stats directory or file that cannot be used, or a Spark that cannot run the
-job (the traceback goes to the debug log).
+Flags in Go's syntax (common/goflags). Without --rollup-interval: one run, exit status 0 after
+it (or when another run holds the lock), 1 with a one-line message for bad flags, a stats
+directory or file that cannot be used, or a Spark that cannot run the job (the traceback goes
+to the debug log).
+
+With --rollup-interval: a worker, the way nsqadmin runs the job. It runs at once and then
+every interval, one run at a time (a tick while a run goes on is skipped), keeping its
+SparkSession (its JVM, classes loaded and code compiled) from one run to the next, so that a
+run of a minute's new snapshots costs a fraction of a second of CPU instead of a JVM start.
+A large run (a first rollup of a day) gets a JVM of its own, sized for it, that ends with the
+run; the next small run starts the small one again. A failed run is logged and the next tick
+runs again (after a Spark failure, on a new session). SIGTERM or SIGINT ends the worker; with
+--supervised (nsqadmin passes it) so does the end of its standard input, which closes when
+nsqadmin exits however it exits, so a worker never outlives its nsqadmin.
 """
 
 import logging
 import os
 import re
+import signal
 import sys
+import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,7 +32,7 @@ from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 
 from common import lg
-from common.goflags import Flag, FlagError, parse_args, resolve, usage
+from common.goflags import Flag, FlagError, format_duration, parse_args, resolve, usage
 
 from .rollup_job import DEFAULT_RETENTION, run_rollup
 from .rollup_state import StatsDirError
@@ -36,6 +49,9 @@ FLAGS = [
     Flag("stats-retention", "duration", DEFAULT_RETENTION.total_seconds(),
          "how long raw snapshots and rollup windows are kept"),
     Flag("log-level", "str", "info", "set log verbosity: debug, info, warn, error, or fatal"),
+    Flag("rollup-interval", "duration", 0.0,
+         "run as a worker: a run now and every interval, with a SparkSession kept warm (0: one run, then exit)"),
+    Flag("supervised", "bool", False, "also stop when standard input closes (nsqadmin runs its worker so)"),
 ]
 
 
@@ -56,6 +72,8 @@ def _validate(opts: SimpleNamespace) -> None:
         raise FlagError(f"invalid --spark-master {opts.spark_master!r}: use local[N], local[*] or spark://host:port")
     if opts.stats_retention <= 0:
         raise FlagError("--stats-retention must be positive")
+    if opts.rollup_interval < 0:
+        raise FlagError("--rollup-interval must not be negative")
     opts.log_level = opts.log_level.lower()
     if opts.log_level not in lg.LEVELS:
         raise FlagError(f"invalid log level {opts.log_level!r}: use one of {', '.join(lg.LEVELS)}")
@@ -68,25 +86,80 @@ def load_options(argv: list[str]) -> SimpleNamespace:
     return opts
 
 
-def _run(opts: SimpleNamespace, log: logging.Logger) -> int:
-    session = SessionOnDemand(opts.spark_master)
+def _run_once(opts: SimpleNamespace, session: SessionOnDemand, log: logging.Logger) -> bool:
+    """One run with ``session``; whether it succeeded (its failure logged)."""
     try:
         summary = run_rollup(Path(opts.stats_dir), session, retention=timedelta(seconds=opts.stats_retention))
     except StatsDirError as exc:
         log.critical("%s", exc)
-        return 1
+        return False
     except (OSError, pa.ArrowException) as exc:
         log.debug("rollup failed", exc_info=True)
         log.critical("rollup failed: %s", exc)
-        return 1
+        return False
     except (PySparkException, Py4JError) as exc:
         log.debug("Spark failed", exc_info=True)
         log.critical("Spark failed: %s", str(exc).strip().splitlines()[0])
-        return 1
-    finally:
         session.stop()
+        return False
     if summary is not None:
         log.info("%s", summary.line())
+    return True
+
+
+def _run(opts: SimpleNamespace, log: logging.Logger) -> int:
+    session = SessionOnDemand(opts.spark_master)
+    try:
+        return 0 if _run_once(opts, session, log) else 1
+    finally:
+        session.stop()
+
+
+class Stop(BaseException):
+    """SIGTERM or SIGINT, or (supervised) the end of standard input. Not an Exception, which py4j
+    would catch, log and turn into a Py4JNetworkError when it comes during a call to the JVM."""
+
+
+def _raise_stop(signum, frame) -> None:
+    raise Stop()
+
+
+def _stop_at_end_of_stdin() -> None:
+    """Read standard input until it ends (its writer, nsqadmin, is gone), then stop the worker."""
+    while sys.stdin.buffer.read(4096):
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _work(opts: SimpleNamespace, log: logging.Logger) -> int:
+    """A run every --rollup-interval until stopped, on one SparkSession kept between small runs."""
+    signal.signal(signal.SIGTERM, _raise_stop)
+    signal.signal(signal.SIGINT, _raise_stop)
+    if opts.supervised:
+        threading.Thread(target=_stop_at_end_of_stdin, daemon=True, name="stdin").start()
+    session = SessionOnDemand(opts.spark_master)
+    log.info("worker: a rollup every %s", format_duration(opts.rollup_interval))
+    try:
+        tick = time.monotonic()
+        while True:
+            _run_once(opts, session, log)
+            if session.large:  # a large run's JVM goes; the next small run starts the small one
+                session.stop()
+            skipped = -1
+            while tick <= time.monotonic():
+                tick += opts.rollup_interval
+                skipped += 1
+            if skipped:
+                log.info("worker: the run took longer than --rollup-interval; skipped %d tick(s)", skipped)
+            time.sleep(tick - time.monotonic())
+    except Stop:
+        log.info("worker: stopping")
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        try:
+            session.stop()
+        except (PySparkException, Py4JError, OSError) as exc:  # a run stopped mid-way can leave py4j so
+            log.debug("stopping Spark: %s", exc)
     return 0
 
 
@@ -100,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     except FlagError as exc:
         print(f"{PROGRAM}: {exc}", file=sys.stderr)
         return 1
-    return _run(opts, lg.setup(PROGRAM, opts.log_level, f"[{PROGRAM}] "))
+    log = lg.setup(PROGRAM, opts.log_level, f"[{PROGRAM}] ")
+    return _work(opts, log) if opts.rollup_interval else _run(opts, log)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,23 @@
-"""Runs the rollup job every --rollup-interval, as a process of its own, one run at a time.
+"""nsqadmin's rollup worker: one long-lived ``nsqadmin-rollup --rollup-interval`` process, supervised.
 
-Theory of operation. Spark never runs in the web process: a JVM and seconds of CPU per
-run would stall every page. Each run is ``python -m nsqadmin.history.rollup_main
---stats-dir DIR --spark-master M --stats-retention R --log-level L``, started with
-asyncio's subprocess support, so nsqadmin only waits for its output. Before each run the
-recorder flushes, so the job sees every snapshot taken so far.
+Theory of operation. Spark never runs in the web process: a JVM and seconds of CPU would stall
+every page. Nor does nsqadmin start a JVM per run any more (~12 CPU s each, a run a minute half a
+core for ever): it starts one worker, ``python -m nsqadmin.history.rollup_main --stats-dir DIR
+--spark-master M --stats-retention R --rollup-interval I --supervised --log-level L``, which
+keeps its SparkSession warm between runs and schedules them itself (rollup_main.py). The
+recorder writes snapshots on its own, so the worker needs nothing from nsqadmin but to be kept
+running:
 
-- One run at a time: a tick while a run is still going is skipped (logged at info).
-- The job's output lines become nsqadmin log lines prefixed ``rollup: `` (its own log
-  lines, and Spark's, at their level, without their prefix and time); its exit status
-  and duration are kept in ``last_run``; a failed run is logged as an error with its
-  status and last output line.
-- At stop, a running job's process group (the job and its JVM) gets SIGTERM and
-  STOP_SECONDS to exit, then SIGKILL. The job publishes every file atomically, so
-  stopping it mid-run loses only that run's work.
+- Its output lines become nsqadmin log lines prefixed ``rollup: `` (its own log lines, and
+  Spark's, at their level, without their prefix and time).
+- If it exits while nsqadmin runs, the exit is logged as an error with its status and last
+  line, and it is started again after a backoff that doubles from BACKOFF_SECONDS up to
+  MAX_BACKOFF_SECONDS, back to the start once a worker has run for HEALTHY_SECONDS.
+- Its standard input is a pipe nsqadmin never writes: when nsqadmin exits, however it exits
+  (kill -9 included), the pipe closes and the worker stops (--supervised).
+- At stop, the worker's process group (it and its JVM) gets SIGTERM and STOP_SECONDS to exit,
+  then SIGKILL. The job publishes every file atomically, so stopping it mid-run loses only that
+  run's work.
 """
 
 import asyncio
@@ -26,11 +30,12 @@ import time
 
 from common.goflags import format_duration
 
-from .recorder import Recorder
-
 log = logging.getLogger("nsqadmin")
 
 STOP_SECONDS = 10.0
+BACKOFF_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 60.0
+HEALTHY_SECONDS = 60.0
 OUTPUT_LINE_LIMIT = 1 << 20
 # A log line of the job (common/lg) or of Spark (its log4j2 pattern): ``[prefix] date time LEVEL: message``.
 LOG_LINE = re.compile(r"\[[^\]]*\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+ (DEBUG|INFO|WARN|WARNING|ERROR|FATAL): (.*)")
@@ -38,9 +43,10 @@ LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
           "ERROR": logging.ERROR, "FATAL": logging.ERROR}
 
 
-def rollup_command(opts) -> list[str]:
+def worker_command(opts) -> list[str]:
     return [sys.executable, "-m", "nsqadmin.history.rollup_main", "--stats-dir", opts.stats_dir,
             "--spark-master", opts.spark_master, "--stats-retention", format_duration(opts.stats_retention),
+            "--rollup-interval", format_duration(opts.rollup_interval), "--supervised",
             "--log-level", opts.log_level]
 
 
@@ -53,72 +59,53 @@ def job_environment(spark_master: str) -> dict[str, str]:
     return env
 
 
-class RollupScheduler:
-    """``last_run``: {"started": unix time, "seconds": duration, "status": exit status} of the
-    last finished run, or None before the first."""
+class RollupWorker:
+    """Keeps the rollup worker process running."""
 
-    def __init__(self, opts, recorder: Recorder | None):
-        self.interval = opts.rollup_interval
-        self.recorder = recorder
-        self.command = rollup_command(opts)
+    def __init__(self, opts):
+        self.command = worker_command(opts)
         self.env = job_environment(opts.spark_master)
-        self.last_run: dict | None = None
         self._process: asyncio.subprocess.Process | None = None
-        self._run: asyncio.Task | None = None
         self._loop: asyncio.Task | None = None
         self._stopping = False
 
-    @property
-    def running(self) -> bool:
-        return self._run is not None and not self._run.done()
-
     def start(self) -> None:
-        self._loop = asyncio.create_task(self._run_every_interval())
+        self._loop = asyncio.create_task(self._supervise())
 
-    async def _run_every_interval(self) -> None:
-        loop = asyncio.get_running_loop()
-        tick = loop.time() + self.interval
-        while True:
-            await asyncio.sleep(max(0.0, tick - loop.time()))
-            while tick <= loop.time():
-                tick += self.interval
-            if self.running:
-                log.info("rollup: the previous run is still going; skipping this one")
-                continue
-            self._run = asyncio.create_task(self.run_once())
+    async def _supervise(self) -> None:
+        backoff = BACKOFF_SECONDS
+        while not self._stopping:
+            started = time.monotonic()
+            status, last_line = await self._run_worker()
+            if self._stopping:
+                return
+            if time.monotonic() - started >= HEALTHY_SECONDS:
+                backoff = BACKOFF_SECONDS
+            log.error("rollup: the worker exited with status %s: %s; starting it again in %s", status,
+                      last_line or "(no output)", format_duration(backoff))
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
-    async def run_once(self) -> None:
-        """Flush the recorder, run the job to its end, keep its status and duration."""
-        if self.recorder is not None:
-            await self.recorder.flush()
-        if self._stopping:
-            return
-        started, clock = time.time(), time.monotonic()
+    async def _run_worker(self) -> tuple[int | None, str]:
+        """Start the worker and log its output until it exits: (its status, its last message)."""
         try:
             self._process = await asyncio.create_subprocess_exec(
-                *self.command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT, env=self.env, start_new_session=True, limit=OUTPUT_LINE_LIMIT)
         except OSError as exc:
-            log.error("rollup: cannot start the job: %s", exc)
-            return
-        log.info("rollup: the job started (pid %d)", self._process.pid)
+            return None, f"cannot start it: {exc}"
+        log.info("rollup: the worker started (pid %d)", self._process.pid)
         if self._stopping:  # stop() came while the process started
             self._signal(signal.SIGTERM)
-        last_line = await self._log_output()
-        status = await self._process.wait()
-        self._process = None
-        seconds = time.monotonic() - clock
-        self.last_run = {"started": started, "seconds": seconds, "status": status}
-        if status == 0:
-            log.info("rollup: the job finished in %.1fs", seconds)
-        elif self._stopping:
-            log.info("rollup: the job was stopped (status %d) after %.1fs", status, seconds)
-        else:
-            log.error("rollup: the job failed with status %d after %.1fs: %s", status, seconds,
-                      last_line or "(no output)")
+        try:
+            last_line = await self._log_output()
+            return await self._process.wait(), last_line
+        finally:
+            if self._process.returncode is not None:
+                self._process = None
 
     async def _log_output(self) -> str:
-        """Log each line of the job's output, a log line at its own level; the last message."""
+        """Log each line of the worker's output, a log line at its own level; the last message."""
         last = ""
         while True:
             try:
@@ -135,7 +122,7 @@ class RollupScheduler:
             log.log(level, "rollup: %s", last)
 
     def _signal(self, signum: int) -> None:
-        """``signum`` to the job's process group (the job and the JVM it started)."""
+        """``signum`` to the worker's process group (the worker and the JVM it started)."""
         if self._process is None:
             return
         try:
@@ -144,23 +131,20 @@ class RollupScheduler:
             pass
 
     def close(self) -> None:
-        """Start no more runs (nsqadmin is stopping)."""
+        """Start no worker again (nsqadmin is stopping)."""
         self._stopping = True
-        if self._loop is not None:
-            self._loop.cancel()
 
     async def stop(self) -> None:
-        """No more runs; a running job is stopped (SIGTERM, then SIGKILL after STOP_SECONDS)."""
+        """Stop the worker (SIGTERM, then SIGKILL after STOP_SECONDS) and its supervision."""
         self.close()
-        if self._loop is not None:
-            await asyncio.gather(self._loop, return_exceptions=True)
-        if not self.running:
+        if self._loop is None:
             return
-        if self._process is not None:
-            self._signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(asyncio.shield(self._run), STOP_SECONDS)
-        except TimeoutError:
-            log.warning("rollup: the job did not stop within %s; killing it", format_duration(STOP_SECONDS))
+        if self._process is None:  # between two workers
+            self._loop.cancel()
+        self._signal(signal.SIGTERM)
+        _, pending = await asyncio.wait({self._loop}, timeout=STOP_SECONDS)
+        if pending:
+            log.warning("rollup: the worker did not stop within %s; killing it", format_duration(STOP_SECONDS))
             self._signal(signal.SIGKILL)
-            await self._run
+            await asyncio.wait({self._loop})
+        log.info("rollup: the worker stopped")

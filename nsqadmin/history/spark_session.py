@@ -2,14 +2,17 @@
 
 Theory of operation. The JVM is started only when a run has raw files to roll up
 (:class:`SessionOnDemand`), and then it knows how much it will read. Most runs are small (a
-minute of new snapshots) and pay mostly for start-up: the C1 compiler alone and the serial
-collector halve their CPU. A large run spends its time in Spark's generated loops over
-millions of rows, which run about twice as fast once C2 compiles them, so it gets the full
-JIT and the parallel collector. Either way the JVM maps the classes it loaded in earlier runs
-from a class-data-sharing archive (class_archive.py), which the first run writes as its JVM
-exits: stopping a session that writes one waits for its JVM to exit. Spark's own logging is cut to errors by a log4j2 file written
-for the session's lifetime, so the job's progress lines stay readable. The number of shuffle
-partitions is set per run, from the size of the raw files read.
+minute of new snapshots, in nsqadmin's worker one after another on the same JVM): their JVM
+has the C1 compiler alone, the serial collector and a heap of SMALL_RUN_DRIVER_MEMORY, which
+is what a worker keeps between runs. A large run (a first rollup of a day) spends its time in
+Spark's generated loops over millions of rows, which run about twice as fast once C2 compiles
+them, so it gets a JVM of its own with the full JIT, the parallel collector and a heap of
+DRIVER_MEMORY, ended when the session stops (a run of the other size stops the session, and
+the JVM with it, so the next one starts with its own options). Either way the JVM maps the
+classes it loaded in earlier runs from a class-data-sharing archive (class_archive.py), which
+the first run writes as its JVM exits. Spark's own logging is cut to errors by a log4j2 file
+written for the session's lifetime, so the job's progress lines stay readable. The number of
+shuffle partitions is set per run, from the size of the raw files read.
 """
 
 import logging
@@ -28,6 +31,8 @@ log = logging.getLogger("nsqadmin-rollup")
 
 APP_NAME = "nsqadmin-rollup"
 DRIVER_MEMORY = "3g"
+# A small run's JVM stays up between a worker's runs: its heap is what the worker keeps.
+SMALL_RUN_DRIVER_MEMORY = "1g"
 EXECUTOR_MEMORY = "1500m"
 SMALL_RUN_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 LARGE_RUN_JVM_OPTIONS = "-XX:+UseParallelGC"
@@ -94,7 +99,11 @@ def _log4j2_file() -> Path:
 
 
 def jvm_options(raw_bytes: int) -> str:
-    return LARGE_RUN_JVM_OPTIONS if raw_bytes >= LARGE_RUN_BYTES else SMALL_RUN_JVM_OPTIONS
+    return LARGE_RUN_JVM_OPTIONS if is_large(raw_bytes) else SMALL_RUN_JVM_OPTIONS
+
+
+def is_large(raw_bytes: int) -> bool:
+    return raw_bytes >= LARGE_RUN_BYTES
 
 
 def build_session(master: str, log4j2_file: Path, raw_bytes: int = 0, archive: ClassArchive | None = None) -> SparkSession:
@@ -108,6 +117,8 @@ def build_session(master: str, log4j2_file: Path, raw_bytes: int = 0, archive: C
     for key, value in SETTINGS.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.driver.extraJavaOptions", driver_options)
+    if not is_large(raw_bytes):
+        builder = builder.config("spark.driver.memory", SMALL_RUN_DRIVER_MEMORY)
     if master.startswith("spark://"):
         builder = (builder.config("spark.executor.extraJavaOptions", java_options)
                    .config("spark.cores.max", str(os.cpu_count() or 2)))
@@ -121,20 +132,30 @@ def shuffle_partitions_for(raw_bytes: int) -> int:
 
 class SessionOnDemand:
     """A SparkSession started on first use, for a run reading ``raw_bytes``; ``stop()`` ends it
-    if it was started."""
+    and its JVM if it was started. A run of the other size (``is_large``) than the session's
+    gets a new session and JVM, with its own JVM options and heap."""
 
     def __init__(self, master: str):
         self.master = master
         self._spark: SparkSession | None = None
+        self._large = False
         self._log4j2_file: Path | None = None
         self._archive: ClassArchive | None = None
 
+    @property
+    def large(self) -> bool:
+        """Whether the running session is one for large runs."""
+        return self._spark is not None and self._large
+
     def __call__(self, raw_bytes: int) -> SparkSession:
+        if self._spark is not None and self._large != is_large(raw_bytes):
+            self.stop()
         if self._spark is None:
             started = time.monotonic()
             self._log4j2_file = _log4j2_file()
             self._archive = ClassArchive.for_options(jvm_options(raw_bytes))
             self._spark = build_session(self.master, self._log4j2_file, raw_bytes, self._archive)
+            self._large = is_large(raw_bytes)
             log.info("started Spark on %s in %.1f s (%s)", self.master, time.monotonic() - started,
                      self._archive.describe() if self._archive else "no class archive")
         return self._spark
@@ -143,8 +164,9 @@ class SessionOnDemand:
         if self._spark is not None:
             self._spark.stop()
             self._spark = None
+            exited = _jvm_exited()
             if self._archive is not None and self._archive.writing is not None:
-                self._archive.finish(_jvm_exited())
+                self._archive.finish(exited)
         if self._log4j2_file is not None:
             self._log4j2_file.unlink(missing_ok=True)
             self._log4j2_file = None

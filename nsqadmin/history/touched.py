@@ -15,6 +15,7 @@ before counts as new from start to end without opening a footer: rewriting minut
 rows costs nothing, and a first run over a full day reads no footer.
 """
 
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -89,9 +90,14 @@ def overlaps(start: datetime, end: datetime, spans: list[Span]) -> bool:
     return any(start < span_end and span_start < end for span_start, span_end in spans)
 
 
-def files_to_read(files: list[str], spans: list[Span]) -> list[str]:
-    """The raw files (relative paths) in hour directories that overlap ``spans``."""
-    return [relative for relative in files if overlaps(raw_hour(relative), raw_hour(relative) + HOUR, spans)]
+def files_to_read(raw_dir: Path, files: list[str], spans: list[Span]) -> list[str]:
+    """The raw files (relative paths) with rows in ``spans``: those in hour directories that
+    overlap them, less those whose rows all lie outside (from their footers) where an hour
+    directory holds several files."""
+    in_hours = [relative for relative in files if overlaps(raw_hour(relative), raw_hour(relative) + HOUR, spans)]
+    per_hour = Counter(relative.rpartition("/")[0] for relative in in_hours)
+    return [relative for relative in in_hours
+            if per_hour[relative.rpartition("/")[0]] == 1 or overlaps(*file_minutes(raw_dir, relative), spans)]
 
 
 def hours_overlapping(spans: list[Span]) -> list[datetime]:
