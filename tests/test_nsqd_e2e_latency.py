@@ -1,4 +1,4 @@
-"""End-to-end processing latency (NSQ v1.3 §1.1, §1.8, §1.16): the flags, recording on
+"""End-to-end processing latency (NSQ v1.3's internal/quantile, nsqd/stats.go): the flags, recording on
 FIN as now - message timestamp, and /stats e2e_processing_latency in JSON and text."""
 
 import json

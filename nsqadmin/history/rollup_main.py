@@ -20,6 +20,7 @@ from pyspark.errors import PySparkException
 
 from common import lg
 from common.goflags import Flag, FlagError, parse_args, resolve, usage
+from serving.logs import nsq_logger
 
 from .rollup_job import DEFAULT_RETENTION, run_rollup
 from .rollup_state import StatsDirError
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     except FlagError as exc:
         print(f"{PROGRAM}: {exc}", file=sys.stderr)
         return 1
-    return _run(opts, lg.setup(PROGRAM, opts.log_level, f"[{PROGRAM}] "))
+    return _run(opts, nsq_logger(PROGRAM, opts.log_level, f"[{PROGRAM}] "))
 
 
 if __name__ == "__main__":
