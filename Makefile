@@ -66,4 +66,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/side_by_side.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache artifacts
+	rm -rf $(VENV) .venv-* build *.egg-info .pytest_cache artifacts

@@ -17,8 +17,8 @@ from .helpers import ROOT, DaemonProcess
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 UTILITIES = ["to_nsq", "nsq_tail", "nsq_stat", "nsq_to_file", "nsq_to_http", "nsq_to_nsq"]
-HISTORY_OFF = ("WARNING: stats history off: pyarrow, msgspec, pyspark are not installed: "
-               "pip install '.[history]' (the history extra) turns it on")
+NOT_INSTALLED = "pyarrow, msgspec, pyspark are not installed: pip install '.[history]' (the history extra) turns it on"
+HISTORY_OFF = f"WARNING: stats history off: {NOT_INSTALLED}"
 
 
 def run(*command, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -56,6 +56,11 @@ def test_the_daemons_and_the_utilities_run(venv):
     for utility in UTILITIES:
         usage = run(venv / utility, "--help", timeout=30)
         assert usage.returncode == 0 and re.match(r"Usage of \w+:\n  -", usage.stderr), usage
+
+
+def test_the_rollup_job_says_what_it_needs(venv):
+    refused = run(venv / "nsqadmin-rollup", "--stats-dir=.", timeout=30)
+    assert (refused.returncode, refused.stderr) == (1, f"nsqadmin-rollup: {NOT_INSTALLED}\n")
 
 
 def test_the_client_library_imports_and_the_history_packages_are_absent(venv):

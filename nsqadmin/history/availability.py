@@ -8,12 +8,14 @@ Without them nsqadmin runs with the history off instead of failing: it says why 
 and the pages and the history's API routes say so too. With --rollup-interval=0 (the job run
 elsewhere, by nsqadmin-rollup) no Java is needed here.
 
-Nothing here imports the extra's packages: it only looks for them.
+Nothing here imports the extra's packages: it only looks for them. ``nsqadmin-rollup`` starts
+here too, so that without them it says so in one line instead of a traceback.
 """
 
 import importlib.util
 import os
 import shutil
+import sys
 
 PACKAGES = ("pyarrow", "msgspec", "pyspark")
 TURN_ON_PACKAGES = "pip install '.[history]' (the history extra) turns it on"
@@ -40,11 +42,25 @@ def _no_java(environ: os._Environ | dict) -> str:
     return f"the rollup job needs a Java runtime ({where}): {TURN_ON_JAVA}"
 
 
+def _not_installed(missing: list[str]) -> str:
+    return f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed: {TURN_ON_PACKAGES}"
+
+
 def off_reason(opts, environ: os._Environ | dict = os.environ) -> str | None:
     """Why the history is off, with how to turn it on; None when it can run."""
     missing = missing_packages()
     if missing:
-        return f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed: {TURN_ON_PACKAGES}"
+        return _not_installed(missing)
     if opts.rollup_interval and java_runtime(environ) is None:
         return _no_java(environ)
     return None
+
+
+def rollup_command() -> int:
+    """``nsqadmin-rollup``: the job (rollup_main.py), or a one-line refusal without the packages."""
+    missing = missing_packages()
+    if missing:
+        print(f"nsqadmin-rollup: {_not_installed(missing)}", file=sys.stderr)
+        return 1
+    from .rollup_main import main
+    return main()
