@@ -174,7 +174,8 @@ class Flag:
         return self.name.replace("-", "_")
 
     def initial(self) -> Any:
-        """The value before the command line and the config file: a copy of the default."""
+        """The value before the command line and the config file: a copy of the default (for a
+        ``value`` flag, a new empty Value)."""
         if self.kind == "value":
             return self.default()
         return list(self.default) if isinstance(self.default, list) else self.default
