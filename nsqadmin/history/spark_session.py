@@ -15,6 +15,7 @@ partitions is set per run, from the size of the raw files read.
 import logging
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -108,7 +109,12 @@ def build_session(master: str, log4j2_file: Path, raw_bytes: int = 0, archive: C
     for key, value in SETTINGS.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.driver.extraJavaOptions", driver_options)
-    if master.startswith("spark://"):
+    if not master.startswith("spark://"):
+        # Spark's Python workers run this interpreter, not the first python3 on PATH, which may be
+        # another version (refused by PySpark) or lack this environment's packages; a cluster's
+        # workers run PYSPARK_PYTHON, or python3, as Spark's own rule says
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    else:
         builder = (builder.config("spark.executor.extraJavaOptions", java_options)
                    .config("spark.cores.max", str(os.cpu_count() or 2)))
     return builder.getOrCreate()
