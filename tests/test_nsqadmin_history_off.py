@@ -32,10 +32,13 @@ NO_JAVA_ON_PATH = ("the rollup job needs a Java runtime (no java on PATH and JAV
 def nsqd(tmp_path_factory):
     """One nsqd with topic t and its channel c."""
     node = NsqdProcess(f"--data-path={tmp_path_factory.mktemp('nsqd')}", "--broadcast-address=127.0.0.1")
-    for path in ("/topic/create?topic=t", "/channel/create?topic=t&channel=c"):
-        httpx.post(f"http://127.0.0.1:{node.http_port}{path}").raise_for_status()
-    yield node
-    assert node.stop() == 0
+    try:
+        for path in ("/topic/create?topic=t", "/channel/create?topic=t&channel=c"):
+            httpx.post(f"http://127.0.0.1:{node.http_port}{path}").raise_for_status()
+        yield node
+    finally:
+        status = node.stop()
+    assert status == 0
 
 
 def env_command(**changes: str | None) -> list[str]:
