@@ -1,12 +1,17 @@
-"""Command-line flags and config-file values the way NSQ's Go binaries read them.
+"""Command-line flags and config-file values the way NSQ's Go programs read them.
 
-Go's ``flag`` package syntax (``-name=value``, ``--name value``, bare ``-bool``), Go
-duration strings (``1m30s``, ``250ms``), and mreiferson/go-options resolution:
-a flag given on the command line wins over the TOML config file, which wins over the
-default. Config keys are flag names with ``-`` turned into ``_`` unless a flag names
-another key. Pure functions: the caller reads the files and prints the errors.
+Go's ``flag`` package: syntax (``-name=value``, ``--name value``, bare ``-bool``; parsing stops at
+``--`` or at the first argument that is not a flag), values (Go durations such as ``1m30s``, ints
+in any base ``strconv`` reads, ``strconv.ParseBool`` booleans), error texts (``flag provided but
+not defined: -x``, ``invalid value "x" for flag -n: parse error``), ``-h``/``-help`` when not
+defined (:class:`HelpRequested`) and the usage ``PrintDefaults`` writes. Then mreiferson/go-options'
+resolution, for the daemons: a flag given on the command line wins over the TOML config file, which
+wins over the default; config keys are flag names with ``-`` turned into ``_`` unless a flag names
+another key. Pure functions: the caller reads the files, prints and exits (the daemons:
+serving/daemon.py; the utilities: nsqutils/flagset.py).
 """
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +24,8 @@ _NS_PER_UNIT = {
 _DURATION_PART = re.compile(r"([0-9]*)(?:\.([0-9]*))?([^0-9.]*)")
 _MAX_DURATION_NS = 2**63  # Go's bound on the magnitude; +2**63 itself overflows
 _GO_INT = re.compile(r"[+-]?[0-9a-zA-Z_]+")
+_GO_FLOAT = re.compile(r"[+-]?(inf|infinity|nan|(\d+\.?\d*|\.\d+)(e[+-]?\d+)?)", re.IGNORECASE)
+_TYPE_NAMES = {"str": "string", "int": "int", "bool": "", "duration": "duration", "float": "float"}
 
 
 class FlagError(ValueError):
@@ -119,10 +126,40 @@ def parse_bool(text: str) -> bool:
     raise FlagError(f'invalid boolean value "{text}"')
 
 
+def parse_float(text: str) -> float:
+    """Go's strconv.ParseFloat(text, 64)."""
+    if not _GO_FLOAT.fullmatch(text):
+        raise ValueError("parse error")
+    value = float(text)
+    if math.isinf(value) and "inf" not in text.lower():
+        raise ValueError("value out of range")
+    return value
+
+
+def _parse_count(text: str) -> int:
+    """nsq_stat's numValue: strconv.ParseInt(text, 10, 32), its error as Go words it."""
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise ValueError(f"strconv.ParseInt: parsing {go_quote(text)}: invalid syntax")
+    value = int(text)
+    if not -(2**31) <= value < 2**31:
+        raise ValueError(f"strconv.ParseInt: parsing {go_quote(text)}: value out of range")
+    return value
+
+
+def _parse_floats(text: str) -> list[float]:
+    """A comma-separated list of floats (nsq's app.FloatArray)."""
+    return [parse_float(part) for part in text.split(",")]
+
+
 @dataclass(frozen=True)
 class Flag:
+    """One flag. Kinds: ``str``, ``int``, ``bool``, ``duration`` (seconds), ``float``, ``list`` (a
+    repeatable string, nsq's app.StringArray), ``float_list`` (floats, comma-separated or repeated,
+    kept in descending order: nsq's app.FloatArray), ``count`` (nsq_stat's numValue: a decimal int32,
+    None when not given) and ``value`` (a Go flag.Value: ``default`` makes an empty one, such as
+    nsqclient.Config, and each occurrence calls its ``set_flag(text)``, which raises ValueError)."""
     name: str
-    kind: str  # "str", "int", "bool", "duration", "list" (repeatable string), "float_list"
+    kind: str
     default: Any
     help: str
     cfg_key: str = ""
@@ -136,70 +173,99 @@ class Flag:
     def attr(self) -> str:
         return self.name.replace("-", "_")
 
+    def initial(self) -> Any:
+        """The value before the command line and the config file: a copy of the default (for a
+        ``value`` flag, a new empty Value)."""
+        if self.kind == "value":
+            return self.default()
+        return list(self.default) if isinstance(self.default, list) else self.default
 
-def _parse_floats(text: str) -> list[float]:
-    """A comma-separated list of floats (nsq's app.FloatArray, go-options' []float64)."""
-    return [float(part) for part in text.split(",")]
+
+class HelpRequested(Exception):
+    """``-h`` or ``-help`` where no such flag is defined (Go's flag.ErrHelp): print the usage."""
 
 
-def _convert(flag: Flag, text: str) -> Any:
-    """A command-line value as Go's flag.Value.Set reads it."""
+def _go_parse_error(convert):
+    """A conversion whose ValueError reads as Go's flag package says it: ``parse error``."""
+    def converted(text: str):
+        try:
+            return convert(text)
+        except ValueError:
+            raise ValueError("parse error") from None
+    return converted
+
+
+_CONVERT = {
+    "str": str, "list": str, "int": parse_int, "float": parse_float, "duration": _go_parse_error(parse_duration),
+    "float_list": _parse_floats, "count": _parse_count,
+}
+
+
+def _set(flag: Flag, given: dict[str, Any], text: str) -> None:
+    """One occurrence of a flag that takes a value, as its Go flag.Value.Set does."""
     try:
-        if flag.kind in ("str", "list"):
-            return text
-        if flag.kind == "int":
-            return parse_int(text)
-        if flag.kind == "bool":
-            return parse_bool(text)
-        if flag.kind == "duration":
-            return parse_duration(text)
-        if flag.kind == "float_list":
-            return _parse_floats(text)
+        if flag.kind == "value":
+            given.setdefault(flag.attr, flag.initial()).set_flag(text)
+            return
+        value = _CONVERT[flag.kind](text)
     except ValueError as exc:
         raise FlagError(f"invalid value {go_quote(text)} for flag -{flag.name}: {exc}") from exc
-    raise FlagError(f"flag -{flag.name} has unknown kind {flag.kind}")
+    if flag.kind == "list":
+        given.setdefault(flag.attr, []).append(value)
+    elif flag.kind == "float_list":
+        given[flag.attr] = sorted(given.get(flag.attr, []) + value, reverse=True)
+    else:
+        given[flag.attr] = value
 
 
-def _split_flag(arg: str) -> tuple[str, str | None]:
-    """``-name``, ``--name``, ``-name=value`` as (name, value or None), Go's flag syntax."""
-    name = arg[2:] if arg.startswith("--") else arg[1:]
-    if not name or name[0] in "-=":
-        raise FlagError(f"bad flag syntax: {arg}")
-    name, equals, value = name.partition("=")
-    return name, value if equals else None
+def _set_bool(flag: Flag, given: dict[str, Any], text: str | None) -> None:
+    try:
+        given[flag.attr] = True if text is None else parse_bool(text)
+    except FlagError:
+        raise FlagError(f"invalid boolean value {go_quote(text)} for -{flag.name}: parse error") from None
 
 
-def parse_args(flags: list[Flag], argv: list[str]) -> dict[str, Any]:
-    """The flags given on the command line, by attribute name (Go flag syntax)."""
+@dataclass
+class Parsed:
+    given: dict[str, Any]  # the flags on the command line, by attribute name
+    args: list[str]        # what follows the flags (Go's flag.Args())
+
+
+def parse(flags: list[Flag], argv: list[str]) -> Parsed:
+    """Go's FlagSet.Parse: FlagError with Go's text, or HelpRequested."""
     by_name = {flag.name: flag for flag in flags}
     given: dict[str, Any] = {}
     args = list(argv)
-    while args:
+    while args and len(args[0]) >= 2 and args[0][0] == "-":
         arg = args.pop(0)
         if arg == "--":
             break
-        if not arg.startswith("-") or arg == "-":
-            raise FlagError(f"unexpected argument {arg!r}: nsq daemons take only flags")
-        name, value = _split_flag(arg)
+        name = arg[2:] if arg[1] == "-" else arg[1:]
+        if not name or name[0] in "-=":
+            raise FlagError(f"bad flag syntax: {arg}")
+        name, equals, value = name.partition("=")
         flag = by_name.get(name)
         if flag is None:
+            if name in ("h", "help"):
+                raise HelpRequested()
             raise FlagError(f"flag provided but not defined: -{name}")
-        if value is None and flag.kind == "bool":
-            value = "true"
-        elif value is None:
+        if flag.kind == "bool":
+            _set_bool(flag, given, value if equals else None)
+            continue
+        if not equals:
             if not args:
                 raise FlagError(f"flag needs an argument: -{name}")
             value = args.pop(0)
-        converted = _convert(flag, value)
-        if flag.kind == "list":
-            given.setdefault(flag.attr, []).append(converted)
-        elif flag.kind == "float_list":
-            given[flag.attr] = sorted(given.get(flag.attr, []) + converted, reverse=True)  # app.FloatArray: descending
-        else:
-            given[flag.attr] = converted
-    if args:
-        raise FlagError(f"unexpected argument {args[0]!r}: nsq daemons take only flags")
-    return given
+        _set(flag, given, value)
+    return Parsed(given, args)
+
+
+def parse_args(flags: list[Flag], argv: list[str]) -> dict[str, Any]:
+    """The flags given on a daemon's command line, by attribute name: nothing may follow them."""
+    parsed = parse(flags, argv)
+    if parsed.args:
+        raise FlagError(f"unexpected argument {parsed.args[0]!r}: nsq daemons take only flags")
+    return parsed.given
 
 
 def _from_config(flag: Flag, value: Any) -> Any:
@@ -235,7 +301,7 @@ def _from_config(flag: Flag, value: Any) -> Any:
             if isinstance(value, list) and all(isinstance(i, (int, float)) and not isinstance(i, bool) for i in value):
                 return [float(item) for item in value]
             if isinstance(value, str):
-                return _parse_floats(value)
+                return [float(part) for part in value.split(",")]
     except ValueError as exc:
         raise FlagError(f"{where}: {exc}") from exc
     raise FlagError(f"{where}: invalid value {value!r} for a {flag.kind} option")
@@ -258,22 +324,41 @@ def resolve(flags: list[Flag], given: dict[str, Any], config: dict[str, Any]) ->
         elif flag.key in config:
             values[flag.attr] = _from_config(flag, config[flag.key])
         else:
-            default = flag.default
-            values[flag.attr] = list(default) if isinstance(default, list) else default
+            values[flag.attr] = flag.initial()
     unknown = sorted(key for key in config if key not in known_keys)
     return Resolved(values, unknown)
 
 
 def usage(program: str, flags: list[Flag]) -> str:
-    lines = [f"Usage of {program}:"]
-    for flag in flags:
-        kind = {"bool": "", "list": " value", "float_list": " value", "duration": " duration",
-                "int": " int", "str": " string"}[flag.kind]
-        lines.append(f"  -{flag.name}{kind}")
-        default = flag.default
-        if flag.kind == "duration":
-            default = format_duration(default)
-        shown = f" (default {go_quote(default)})" if flag.kind == "str" and default else (
-            f" (default {default})" if default not in ("", [], False, None) else "")
-        lines.append(f"    \t{flag.help}{shown}")
-    return "\n".join(lines)
+    """``Usage of <program>:`` and Go's PrintDefaults: the flags sorted by name, each as ``  -name
+    type`` then ``\t<help> (default x)`` (on the same line for a one-letter flag without a type),
+    the default shown only when it is not the type's zero value, and a backquoted word in the help
+    naming the argument instead of the type."""
+    return "\n".join([f"Usage of {program}:"] + [_describe(flag) for flag in sorted(flags, key=lambda f: f.name)])
+
+
+def _describe(flag: Flag) -> str:
+    help_text, arg_name = flag.help, _TYPE_NAMES.get(flag.kind, "value")
+    quoted = re.search(r"`([^`]*)`", help_text)
+    if quoted:
+        arg_name = quoted.group(1)
+        help_text = help_text[:quoted.start()] + arg_name + help_text[quoted.end():]
+    head = f"  -{flag.name}" + (f" {arg_name}" if arg_name else "")
+    line = head + ("\t" if len(head) <= 4 else "\n    \t") + help_text.replace("\n", "\n    \t")
+    default = _default_text(flag)
+    if default is not None:
+        line += f" (default {go_quote(default)})" if flag.kind == "str" else f" (default {default})"
+    return line
+
+
+def _default_text(flag: Flag) -> str | None:
+    """The default as Go shows it, or None for the type's zero value (and for lists and Values)."""
+    if flag.kind in ("list", "float_list", "value", "count") or flag.default in ("", 0, False):
+        return None
+    if flag.kind == "bool":
+        return "true"
+    if flag.kind == "duration":
+        return format_duration(flag.default)
+    if flag.kind == "float":
+        return str(int(flag.default)) if flag.default.is_integer() else repr(flag.default)
+    return str(flag.default)

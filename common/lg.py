@@ -1,7 +1,9 @@
-"""NSQ's log line format and levels (internal/lg): ``[nsqd] 2006/01/02 15:04:05.000000 INFO: msg``."""
+"""NSQ's log line format and levels (internal/lg): ``[nsqd] 2006/01/02 15:04:05.000000 INFO: msg``.
+
+Formatting only: serving/logs.py sends the lines to stderr.
+"""
 
 import logging
-import sys
 import time
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
@@ -23,14 +25,3 @@ class NSQFormatter(logging.Formatter):
             line += "\n" + self.formatException(record.exc_info)
         return line
 
-
-def setup(logger_name: str, level: str, prefix: str) -> logging.Logger:
-    """Send the service's log lines to stderr in NSQ's format."""
-    logger = logging.getLogger(logger_name)
-    logger.handlers.clear()
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(NSQFormatter(prefix))
-    logger.addHandler(handler)
-    logger.setLevel(LEVELS[level])
-    logger.propagate = False
-    return logger

@@ -1,6 +1,6 @@
 """The changes an operator makes through nsqadmin, for the JSON API and the pages alike.
 
-Each one runs on the cluster (clusterinfo.py), answers with the partial failures met on
+Each one runs on the cluster (clusterinfo/cluster.py), answers with the partial failures met on
 the way, and is announced to --notification-http-endpoint under NSQ's action names.
 As in NSQ, pause/unpause/empty are announced even when they failed; create, delete and
 tombstone only when at least part of them was done.
@@ -8,7 +8,8 @@ tombstone only when at least part of them was done.
 
 from starlette.requests import Request
 
-from .clusterinfo import TOPIC_ACTIONS, ClusterInfo
+from clusterinfo.cluster import TOPIC_ACTIONS, ClusterInfo
+
 from .notify import Notifier
 
 

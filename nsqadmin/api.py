@@ -7,15 +7,15 @@ json.Decoder does (a bad body is a 400 with the decoder's complaint). Lists NSQ 
 nil when empty come back as ``null``, and maps with their keys sorted, as Go writes them.
 """
 
-import asyncio
 import json
 import logging
 from datetime import datetime, timezone
 
-import pyarrow as pa
 from starlette.requests import Request
 from starlette.responses import Response
 
+from clusterinfo.cluster import TOPIC_ACTIONS, UpstreamFailure, escape
+from clusterinfo.upstream import UpstreamError
 from common import gojson, lg
 from common.names import is_valid_name
 from serving.daemon import option_value
@@ -23,12 +23,10 @@ from serving.starlette_v1 import arg, ok, query
 from serving.v1 import HTTPError
 
 from . import views
-from .clusterinfo import TOPIC_ACTIONS, UpstreamFailure, escape
 from .guard import config_allowed, is_admin
-from .history import layout
-from .history.reader import History
+from .history.access import HistoryOff, HistoryUnreadable
+from .history.windows import ALL_NODES, WINDOWS
 from .options import FLAGS, LOG_LEVELS, check_http_address
-from .upstream import UpstreamError
 
 log = logging.getLogger("nsqadmin")
 
@@ -88,7 +86,7 @@ class AdminAPI:
         self.admin = admin
         self.ci = admin.ci
         self.operator = admin.operator
-        self.history = History(admin.opts.stats_dir)
+        self.history = admin.history
 
     @property
     def opts(self):
@@ -176,11 +174,13 @@ class AdminAPI:
 
     # -- stats history ------------------------------------------------------------------
 
-    async def _history(self, read, *args):
+    async def _history(self, read):
+        """``read(reader)``; 503 ``HISTORY_OFF: <why>`` with the history off, 500 if it cannot be read."""
         try:
-            return await asyncio.to_thread(read, *args)
-        except (OSError, pa.ArrowException) as exc:
-            log.error("cannot read the stats history in %s - %s", self.opts.stats_dir, exc)
+            return await self.history.read(read)
+        except HistoryOff:
+            raise HTTPError(503, f"HISTORY_OFF: {self.history.off}") from None
+        except HistoryUnreadable:
             raise HTTPError(500, "INTERNAL_ERROR") from None
 
     async def rollups(self, request: Request) -> Response:
@@ -193,7 +193,7 @@ class AdminAPI:
         if channel and not is_valid_name(channel):
             raise HTTPError(400, "INVALID_ARG_CHANNEL")
         window = values.get("window", ["1m"])[0]
-        if window not in layout.WINDOWS:
+        if window not in WINDOWS:
             raise HTTPError(400, "INVALID_ARG_WINDOW")
         since = None
         if "since" in values:
@@ -201,13 +201,13 @@ class AdminAPI:
             if not raw.isdigit():
                 raise HTTPError(400, "INVALID_ARG_SINCE")
             since = datetime.fromtimestamp(min(int(raw), 253402300799), timezone.utc)
-        node = values.get("node", [""])[0] or layout.ALL_NODES
-        series = await self._history(self.history.series, window, topic, channel, node, since)
+        node = values.get("node", [""])[0] or ALL_NODES
+        series = await self._history(lambda reader: reader.series(window, topic, channel, node, since))
         return ok({"window": window, "series": series})
 
     async def health(self, request: Request) -> Response:
         """Every channel's status and reason from the last rollup run."""
-        found = await self._history(self.history.health) or {}
+        found = await self._history(lambda reader: reader.health()) or {}
         return ok({"generated": found.get("generated"), "channels": found.get("channels") or []})
 
     # -- changing -----------------------------------------------------------------------

@@ -14,10 +14,10 @@ import time
 
 from starlette.requests import Request
 
+from clusterinfo.upstream import Upstream, UpstreamError
 from common import gojson
 from serving.starlette_v1 import client_address
 
-from .upstream import Upstream, UpstreamError
 
 log = logging.getLogger("nsqadmin")
 

@@ -6,8 +6,9 @@ then lets notifications still on the way finish and closes the upstream client.
 
 Beside uvicorn run the stats history's recorder (--stats-interval, ``recorder``) and the
 supervisor of the rollup worker process (--rollup-interval, ``scheduler``); each is None when
-turned off. At stop both end before ``run`` returns: the recorder writes its last rows, the
-worker is stopped.
+turned off, or when the history is off (``history.off`` says why: history/availability.py).
+At stop both end before ``run`` returns: the recorder writes its last rows, the worker is
+stopped.
 """
 
 import asyncio
@@ -18,19 +19,17 @@ from pathlib import Path
 
 import uvicorn
 
-from common import lg
+from clusterinfo.cluster import ClusterInfo
+from clusterinfo.upstream import Upstream, client_ssl_context
 from serving.listeners import format_address, listen_error, parse_address
+from serving.logs import nsq_logger
 
 from .actions import Operator
 from .app import build_app
-from .clusterinfo import ClusterInfo
-from .history.raw_writer import RawWriter
-from .history.recorder import Recorder, flush_seconds
-from .history.scheduler import RollupWorker
-from .history.stats_fetcher import StatsFetcher
+from .history.access import HistoryAccess
+from .history.availability import off_reason
 from .notify import Notifier
 from .options import allowed_config_network
-from .upstream import Upstream, client_ssl_context
 
 log = logging.getLogger("nsqadmin")
 
@@ -101,21 +100,34 @@ class NSQAdmin:
                 why = exc.strerror.lower() if exc.strerror else exc
                 raise OSError(f"--http-client-tls-*: cannot use the TLS files given - {why}") from exc
         self.upstream = Upstream(opts.http_client_connect_timeout, opts.http_client_request_timeout, ssl_context)
-        self.ci = ClusterInfo(self.upstream, opts)
+        self.ci = ClusterInfo(self.upstream, opts, log)
         self.notifier = Notifier(opts.notification_http_endpoint, self.upstream)
         self.operator = Operator(self.ci, self.notifier)
+        self.history = HistoryAccess(opts.stats_dir, off_reason(opts), log)
+        self.recorder = self.scheduler = None
+        if self.history.off is None:
+            self._start_history(ssl_context)
+        self.http_port = 0
+        self._server: _Server | None = None
+        self._stopping = False
+
+    def _start_history(self, ssl_context) -> None:
+        """The recorder and the rollup worker's supervisor, as their intervals ask. Their modules need the
+        history extra, so they are imported here, with the history on, not with this module."""
+        from .history.raw_writer import RawWriter
+        from .history.recorder import Recorder, flush_seconds
+        from .history.scheduler import RollupWorker
+        from .history.stats_fetcher import StatsFetcher
+        opts = self.opts
         if opts.stats_interval or opts.rollup_interval:
             prepare_stats_dir(opts.stats_dir)
-        self.recorder: Recorder | None = None
         if opts.stats_interval:
             fetcher = StatsFetcher(opts.http_client_connect_timeout, opts.http_client_request_timeout, ssl_context,
                                    opts.nsqd_auth_secret)
             self.recorder = Recorder(self.ci, fetcher, RawWriter(opts.stats_dir), opts.stats_interval,
                                      flush_seconds(opts.stats_interval))
-        self.scheduler = RollupWorker(opts) if opts.rollup_interval else None
-        self.http_port = 0
-        self._server: _Server | None = None
-        self._stopping = False
+        if opts.rollup_interval:
+            self.scheduler = RollupWorker(opts)
 
     async def run(self) -> None:
         """Serve until ``stop()``."""
@@ -123,10 +135,12 @@ class NSQAdmin:
         name = sock.getsockname()
         self.http_port = name[1] if isinstance(name, tuple) else -1
         log.info("HTTP: listening on %s", format_address(name))
+        if self.history.off:
+            log.warning("stats history off: %s", self.history.off)
         config = uvicorn.Config(build_app(self), log_config=None, access_log=False, lifespan="off",
                                 http="httptools", server_header=False,
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
-        lg.setup("uvicorn.error", "warn" if self.opts.log_level in ("debug", "info") else self.opts.log_level,
+        nsq_logger("uvicorn.error", "warn" if self.opts.log_level in ("debug", "info") else self.opts.log_level,
                  self.opts.log_prefix)
         self._server = _Server(config)
         self._server.should_exit = self._stopping

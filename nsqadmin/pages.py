@@ -23,24 +23,23 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import jinja2
-import pyarrow as pa
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from clusterinfo.cluster import TOPIC_ACTIONS, UpstreamFailure
+from clusterinfo.producers import http_address
+from clusterinfo.upstream import UpstreamError
 from common import VERSION
 from common.goflags import format_duration
 from common.names import is_valid_name
 
 from . import views
-from .clusterinfo import TOPIC_ACTIONS, UpstreamFailure
 from .history import panels
-from .history.layout import ALL_NODES
-from .history.reader import History
+from .history.access import HistoryUnavailable
+from .history.windows import ALL_NODES
 from .guard import CSRF_COOKIE, CSRF_FIELD, csrf_token_matches, is_admin, new_csrf_token
 from .humanize import FILTERS, path_segment
-from .producers import http_address
-from .upstream import UpstreamError
 
 log = logging.getLogger("nsqadmin")
 
@@ -86,7 +85,7 @@ class Pages:
         self.ci = admin.ci
         self.operator = admin.operator
         self.templates = Jinja2Templates(env=_environment())
-        self.history = History(admin.opts.stats_dir)
+        self.history = admin.history
 
     @property
     def opts(self):
@@ -149,30 +148,32 @@ class Pages:
         return (f"No history for this range yet: nsqadmin records the cluster every "
                 f"{format_duration(self.opts.stats_interval)} and {when}.")
 
-    async def _read_history(self, read, *args):
-        """A blocking read of the rollups, in a worker thread; None if the files cannot be read."""
+    async def _read_history(self, read):
+        """``read(reader)``, or None when there is no history to read."""
         try:
-            return await asyncio.to_thread(read, *args)
-        except (OSError, pa.ArrowException) as exc:
-            log.error("cannot read the stats history in %s - %s", self.opts.stats_dir, exc)
+            return await self.history.read(read)
+        except HistoryUnavailable:
             return None
 
     async def _panel(self, request: Request, read, charts=panels.QUEUE_CHARTS) -> panels.Panel:
-        """The history section: ``read(window, since)`` over the range the page asks for."""
+        """The history section: ``read(reader, window, since)`` over the range the page asks for."""
         range_name = panels.chosen_range(request.query_params.get("range"))
         now = time.time()
         since = datetime.fromtimestamp(panels.since_for(range_name, now), timezone.utc)
-        rows = await self._read_history(read, panels.RANGES[range_name][1], since)
-        note = self._no_history_note() if rows is not None else "The stats history cannot be read: see nsqadmin's log."
-        return panels.panel(rows or [], range_name, now, note, charts)
+        try:
+            rows = await self.history.read(lambda reader: read(reader, panels.RANGES[range_name][1], since))
+        except HistoryUnavailable as exc:
+            return panels.panel([], range_name, now, str(exc), charts)
+        return panels.panel(rows, range_name, now, self._no_history_note(), charts)
 
     async def _current(self) -> dict[tuple[str, str], dict]:
         """The newest 1-minute window of every (topic, channel) across nodes."""
-        return await self._read_history(self.history.current, datetime.now(timezone.utc)) or {}
+        now = datetime.now(timezone.utc)
+        return await self._read_history(lambda reader: reader.current(now)) or {}
 
     async def _health(self) -> dict[str, list[dict]]:
         """The last rollup's channel health, per topic, most urgent first."""
-        health = await self._read_history(self.history.health) or {}
+        health = await self._read_history(lambda reader: reader.health()) or {}
         by_topic: dict[str, list[dict]] = {}
         for entry in health.get("channels") or []:
             by_topic.setdefault(entry["topic"], []).append(entry)
@@ -196,7 +197,7 @@ class Pages:
         except UpstreamFailure as exc:
             return self._failure(request, exc, "topics")
         current, health = await asyncio.gather(self._current(), self._health())
-        history = await self._panel(request, lambda window, since: self.history.topic_series(window, name, since))
+        history = await self._panel(request, lambda reader, window, since: reader.topic_series(window, name, since))
         return self._render(request, "topic.html", page="topics", warnings=shown.errors, topic_name=name,
                             topic=shown.data, current=current, health={e["channel"]: e for e in health.get(name, [])},
                             history=history, live_tail=self.opts.enable_live_tail and is_admin(request, self.opts))
@@ -209,7 +210,7 @@ class Pages:
             return self._failure(request, exc, "topics")
         status = 200 if shown.data is not None else 404
         health = await self._health()
-        history = await self._panel(request, lambda window, since: self.history.series(
+        history = await self._panel(request, lambda reader, window, since: reader.series(
             window, topic_name, channel_name, ALL_NODES, since))
         channel_health = next((e for e in health.get(topic_name, []) if e["channel"] == channel_name), None)
         return self._render(request, "channel.html", status, page="topics", warnings=shown.errors,
@@ -231,7 +232,7 @@ class Pages:
             return self.not_found(request, f"No nsqd at {address} is known to the cluster.")
         except UpstreamFailure as exc:
             return self._failure(request, exc, "nodes")
-        history = await self._panel(request, lambda window, since: self.history.node_series(window, address, since))
+        history = await self._panel(request, lambda reader, window, since: reader.node_series(window, address, since))
         return self._render(request, "node.html", page="nodes", warnings=shown.errors, history=history, **shown.data)
 
     async def counter(self, request: Request) -> Response:
@@ -240,7 +241,8 @@ class Pages:
         except UpstreamFailure as exc:
             return self._failure(request, exc, "counter")
         total = sum(entry["message_count"] for entry in shown.data.values())
-        history = await self._panel(request, self.history.cluster_series, panels.COUNTER_CHARTS)
+        history = await self._panel(request, lambda reader, window, since: reader.cluster_series(window, since),
+                                    panels.COUNTER_CHARTS)
         return self._render(request, "counter.html", page="counter", warnings=shown.errors, total=total,
                             channels=len(shown.data), history=history)
 

@@ -26,14 +26,14 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from common import lg
+from clusterinfo.cluster import UpstreamFailure
+from clusterinfo.producers import http_address, tcp_address
 from nsqclient import Consumer, Message, NSQError
+from serving.logs import nsq_logger
 from serving.v1 import error_parts
 from serving.starlette_v1 import response
 
-from .clusterinfo import UpstreamFailure
 from .guard import is_admin, is_cross_site
-from .producers import http_address, tcp_address
 
 log = logging.getLogger("nsqadmin")
 
@@ -155,7 +155,7 @@ class LiveTail:
     def __init__(self, admin):
         self.admin = admin
         if admin.opts.enable_live_tail:  # nsqclient's lines in nsqadmin's format; its routine ones only in debug
-            lg.setup("nsqclient", "warn" if admin.opts.log_level == "info" else admin.opts.log_level,
+            nsq_logger("nsqclient", "warn" if admin.opts.log_level == "info" else admin.opts.log_level,
                      admin.opts.log_prefix)
 
     async def stream(self, request: Request) -> Response:

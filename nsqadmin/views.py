@@ -1,18 +1,19 @@
 """What each nsqadmin page and API route shows, gathered from the cluster (nsqadmin/http.go handlers).
 
 Each function asks :class:`ClusterInfo` and shapes the answer with the pure functions of
-stats.py and producers.py; the JSON API dumps the result and the pages render it, so
-both always agree. A :class:`Shown` carries the data and the partial failures met on the
-way, one group per question that partly failed; :class:`UpstreamFailure` means nothing
-answered (the API's 502).
+clusterinfo/stats.py and clusterinfo/producers.py; the JSON API dumps the result and the
+pages render it, so both always agree. A :class:`Shown` carries the data and the partial
+failures met on the way, one group per question that partly failed; :class:`UpstreamFailure`
+means nothing answered (the API's 502).
 """
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import producers as nodes
-from . import stats
-from .clusterinfo import ClusterInfo
+from clusterinfo import producers as nodes
+from clusterinfo import stats
+from clusterinfo.cluster import ClusterInfo
+
 
 
 class NodeNotFound(LookupError):

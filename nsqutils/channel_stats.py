@@ -1,13 +1,14 @@
 """nsq_stat's numbers: one channel of a topic, summed over every nsqd that has the topic
 (internal/clusterinfo: GetLookupdTopicProducers or GetNSQDTopicProducers, then GetNSQDStats),
-asked through nsqadmin's cluster queries. As in nsq_stat, an nsqd or nsqlookupd that fails
+asked through the cluster queries nsqadmin uses too (clusterinfo/). As in nsq_stat, an nsqd or nsqlookupd that fails
 to answer is fatal, not a warning."""
 
+import logging
 from types import SimpleNamespace
 
-from nsqadmin import stats
-from nsqadmin.clusterinfo import ClusterInfo, UpstreamFailure
-from nsqadmin.upstream import Upstream
+from clusterinfo import stats
+from clusterinfo.cluster import ClusterInfo, UpstreamFailure
+from clusterinfo.upstream import Upstream
 
 from .golog import Fatal
 
@@ -17,7 +18,8 @@ def cluster_info(nsqd_http_addresses: list[str], lookupd_http_addresses: list[st
     # NSQ's utilities send nsqd no credentials (--http-auth-required is this project's, not NSQ's)
     sources = SimpleNamespace(nsqd_http_address=nsqd_http_addresses, lookupd_http_address=lookupd_http_addresses,
                               nsqd_auth_secret="")
-    return ClusterInfo(Upstream(connect_timeout, request_timeout), sources)
+    # its debug lines go to the utility's log, which shows info and above
+    return ClusterInfo(Upstream(connect_timeout, request_timeout), sources, logging.getLogger("nsqutils"))
 
 
 async def fetch_channel(cluster: ClusterInfo, topic: str, channel: str) -> dict:

@@ -7,8 +7,9 @@
 """
 
 import logging
-import sys
 import time
+
+from serving.logs import stderr_logger
 
 _GO_NSQ_LEVELS = {logging.DEBUG: "DBG", logging.INFO: "INF", logging.WARNING: "WRN",
                   logging.ERROR: "ERR", logging.CRITICAL: "ERR"}
@@ -33,23 +34,12 @@ class _GoNSQFormatter(logging.Formatter):
         return f"{_stamp(record.created)} {level} {record.getMessage()}"
 
 
-def _logger(name: str, formatter: logging.Formatter, level: int) -> logging.Logger:
-    logger = logging.getLogger(name)
-    logger.handlers.clear()
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(formatter)
-    logger.addHandler(handler)
-    logger.setLevel(level)
-    logger.propagate = False
-    return logger
-
-
-_std = _logger("nsqutils", _StdLogFormatter(), logging.INFO)
+_std = stderr_logger("nsqutils", _StdLogFormatter(), logging.INFO)
 
 
 def setup_client_log(level: int = logging.INFO) -> None:
     """The client library's lines in go-nsq's format (go-nsq logs at INFO by default)."""
-    _logger("nsqclient", _GoNSQFormatter(), level)
+    stderr_logger("nsqclient", _GoNSQFormatter(), level)
 
 
 def printf(message: str) -> None:

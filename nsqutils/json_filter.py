@@ -15,8 +15,7 @@ decoded JSON object.
 from typing import NamedTuple
 
 from common import gojson
-
-from .flagset import parse_float
+from common.goflags import parse_float
 
 
 class Verdict(NamedTuple):

@@ -17,6 +17,7 @@ import anyio
 from common import lg
 from common.goflags import Flag
 from nsqclient import Config
+from serving.logs import nsq_logger
 
 from . import golog, options
 from .channel_stats import cluster_info
@@ -156,7 +157,7 @@ class NSQToFile:
 
 async def _nsq_to_file(opts) -> int:
     pattern = _validate(opts)
-    log = lg.setup(PROGRAM, opts.log_level, opts.log_prefix)
+    log = nsq_logger(PROGRAM, opts.log_level, opts.log_prefix)
     config = options.client_config(opts.consumer_opt, PROGRAM, max_in_flight=opts.max_in_flight)
     return await NSQToFile(opts, config, log).run(pattern)
 

@@ -18,7 +18,7 @@ import anyio
 from common import gojson
 from common.goflags import Flag
 from common.names import is_valid_name
-from nsqclient import Message, NSQError, Producer
+from nsqclient import Config, Message, NSQError, Producer
 
 from . import golog, json_filter, options
 from .consuming import consume, make_consumer
@@ -46,9 +46,9 @@ FLAGS = FlagSet(PROGRAM, [
     Flag("require-json-field", "str", "", "for JSON messages: only pass messages that contain this field"),
     Flag("require-json-value", "str", "",
          "for JSON messages: only pass messages in which the required field has this value"),
-    Flag("consumer-opt", "config", None,
+    Flag("consumer-opt", "value", Config,
          f"option to passthrough to nsq.Consumer (may be given multiple times, {SEE_GODOC})"),
-    Flag("producer-opt", "config", None,
+    Flag("producer-opt", "value", Config,
          f"option to passthrough to nsq.Producer (may be given multiple times, {SEE_GODOC})"),
 ])
 

@@ -12,9 +12,9 @@ VERSION_FLAG = Flag("version", "bool", False, "print version string")
 LOOKUPD_HTTP_ADDRESS = Flag("lookupd-http-address", "list", [], "lookupd HTTP address (may be given multiple times)")
 NSQD_TCP_ADDRESS = Flag("nsqd-tcp-address", "list", [], "nsqd TCP address (may be given multiple times)")
 MAX_IN_FLIGHT = Flag("max-in-flight", "int", 200, "max number of messages to allow in flight")
-CONSUMER_OPT = Flag("consumer-opt", "config", None,
+CONSUMER_OPT = Flag("consumer-opt", "value", Config,
                     f"option to passthrough to nsq.Consumer (may be given multiple times, {GODOC})")
-PRODUCER_OPT = Flag("producer-opt", "config", None,
+PRODUCER_OPT = Flag("producer-opt", "value", Config,
                     f"option to passthrough to nsq.Producer (may be given multiple times, {GODOC})")
 HTTP_CONNECT_TIMEOUT = Flag("http-client-connect-timeout", "duration", 2.0, "timeout for HTTP connect")
 MODE = Flag("mode", "str", "hostpool",

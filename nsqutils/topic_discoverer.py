@@ -10,7 +10,7 @@ from typing import Awaitable, Callable
 
 import anyio
 
-from nsqadmin.clusterinfo import ClusterInfo, UpstreamFailure
+from clusterinfo.cluster import ClusterInfo, UpstreamFailure
 
 
 class TopicDiscoverer:

@@ -5,7 +5,7 @@ ASGI app talks through ``receive()`` / ``send()``. :class:`ASGIAdapter` translat
 into the other: the scope is built from the request, ``receive()`` yields the body in
 one message, and the messages the app sends are collected into the response. Nothing
 is streamed: the HTTP APIs here answer with small, whole bodies. This is much cheaper
-than hypercorn's trio worker (shared/reference/stack.md measured ~1,200 requests/s).
+than hypercorn's trio worker (~1,200 requests/s, measured when the stack was chosen).
 
 Lifespan is optional: :meth:`ASGIAdapter.startup` runs the app's ``lifespan.startup``
 if the app has one; an app that raises on (or ignores) the lifespan scope is served

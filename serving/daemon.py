@@ -20,9 +20,10 @@ from typing import Callable
 import trio
 
 from common import VERSION, lg
-from common.goflags import Flag, FlagError, parse_args, resolve, usage
+from common.goflags import Flag, FlagError, HelpRequested, parse_args, resolve, usage
 
 from .collector import tune_for_a_daemon
+from .logs import nsq_logger
 
 
 def read_config(path: str) -> dict:
@@ -127,19 +128,19 @@ def run_main(program: str, flags: list[Flag], load_options: Callable, make_daemo
              serve: Callable = serve_with_trio) -> int:
     """A daemon's ``main``: the exit status (0, or 1 for bad flags and start-up failures)."""
     argv = sys.argv[1:] if argv is None else argv
-    if any(arg.lstrip("-") in ("h", "help") for arg in argv):
-        print(usage(program, flags), file=sys.stderr)
-        return 0
     try:
         opts = load_options(argv)
+    except HelpRequested:
+        print(usage(program, flags), file=sys.stderr)
+        return 0
     except FlagError as exc:
         print(f"{program}: {exc}", file=sys.stderr)
         return 1
     if opts.version:
         print(f"{program} v{VERSION} (built w/python{sys.version.split()[0]})")
         return 0
-    log = lg.setup(program, opts.log_level, opts.log_prefix)
-    lg.setup("http", opts.log_level, opts.log_prefix)  # serving/: HTTP server and ASGI adapter errors
+    log = nsq_logger(program, opts.log_level, opts.log_prefix)
+    nsq_logger("http", opts.log_level, opts.log_prefix)  # serving/: HTTP server and ASGI adapter errors
     for key in opts.unknown_config_keys:
         log.warning("config: ignoring unknown or unsupported key %r", key)
     log.info("%s v%s (python %s)", program, VERSION, sys.version.split()[0])

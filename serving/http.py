@@ -1,7 +1,7 @@
 """A small HTTP/1.1 server on trio for the daemons' APIs, parsing with httptools (llhttp).
 
 Measured on this machine, hypercorn's trio worker serves ~1,200 requests/s and a trio
-loop over h11 ~5,000 (shared/reference/stack.md); nsqd's ``POST /pub`` needs more, so
+loop over h11 ~5,000 (measured when the stack was chosen); nsqd's ``POST /pub`` needs more, so
 requests are parsed by httptools' C parser and answers are written directly. Handlers
 get a whole :class:`Request` (body read, bounded by ``max_body_size`` or by the route's
 ``body_limit``) and return a :class:`Response`; keep-alive and pipelining work as in Go's

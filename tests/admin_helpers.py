@@ -25,13 +25,14 @@ E2E_PERCENTILES = "--e2e-processing-latency-percentile=0.99,0.5"
 
 
 class AdminProcess(DaemonProcess):
-    """A real ``python -m nsqadmin`` on an ephemeral loopback port, recording its stats history into a
-    directory of its own and running no scheduled rollups, unless ``args`` (which win) say otherwise."""
+    """A real ``python -m nsqadmin`` (or the program ``command`` names) on an ephemeral loopback port,
+    recording its stats history into a directory of its own and running no scheduled rollups, unless
+    ``args`` (which win) say otherwise."""
 
-    def __init__(self, *args: str):
+    def __init__(self, *args: str, command: list[str] | None = None):
         self.stats_dir = tempfile.mkdtemp(prefix="nsqadmin-stats-")
         super().__init__("nsqadmin", ["--http-address=127.0.0.1:0", f"--stats-dir={self.stats_dir}",
-                                      "--rollup-interval=0", *args], ("HTTP",))
+                                      "--rollup-interval=0", *args], ("HTTP",), command)
         self.http_port = self.ports["HTTP"]
         self.url = f"http://127.0.0.1:{self.http_port}"
 

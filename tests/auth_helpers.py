@@ -1,4 +1,4 @@
-"""A real auth server for nsqd's AUTH and --http-auth-required (NSQ v1.3 reference §1.11), on an
+"""A real auth server for nsqd's AUTH and --http-auth-required (NSQ v1.3's internal/auth/authorizations.go), on an
 ephemeral loopback port: it records every request nsqd makes and answers each secret as told."""
 
 import json

@@ -2,7 +2,7 @@
 independently of nsqd/diskqueue.py, and real nsqd processes stopped and restarted on one
 --data-path.
 
-go-diskqueue format (NSQ v1.3 reference §1.9): ``NAME.diskqueue.%06d.dat`` holds records
+go-diskqueue format (go-diskqueue v1.1.0's diskqueue.go): ``NAME.diskqueue.%06d.dat`` holds records
 ``[int32 BE length][payload]``; ``NAME.diskqueue.meta.dat`` is
 ``"depth\\nreadFileNum,readPos\\nwriteFileNum,writePos\\n"``. A payload is a message in
 NSQ's encoding: ``[timestamp int64 ns][attempts uint16][16-byte hex id][body]``.

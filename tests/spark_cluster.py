@@ -1,6 +1,6 @@
 """A real standalone Spark cluster for tests: one master and one worker on loopback, from the pyspark package.
 
-pip's pyspark ships ``bin/spark-class`` but not ``sbin/start-master.sh``, so both daemons are
+pip's pyspark ships ``bin/spark-class`` but not Spark's ``sbin/start-master.sh``, so both daemons are
 started through spark-class, each in a process group of its own: the worker starts an executor
 process per application, and stopping the group stops those too. Everything binds to 127.0.0.1
 (SPARK_LOCAL_IP, which also puts the web UIs there). The master takes ~8 s to start on this

@@ -1,4 +1,4 @@
-"""common/frames.py: nsqd -> client frames, byte for byte (reference §1.4)."""
+"""common/frames.py: nsqd -> client frames, byte for byte (NSQ v1.3's internal/protocol/protocol.go)."""
 
 import pytest
 

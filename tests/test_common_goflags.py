@@ -1,10 +1,12 @@
-"""common/goflags.py: Go durations, Go flag syntax and go-options config resolution."""
+"""common/goflags.py: Go durations, Go's flag package (syntax, values, errors, usage) and go-options
+config resolution. The utilities' and the daemons' command lines run on it end to end in
+test_utils_*.py, test_nsqd_options.py and test_nsqlookupd_process.py."""
 
 import pytest
 
 from common.goflags import (
-    Flag, FlagError, format_duration, parse_args, parse_bool, parse_duration, parse_duration_ns, parse_int,
-    resolve, usage,
+    Flag, FlagError, HelpRequested, format_duration, parse, parse_args, parse_bool, parse_duration, parse_duration_ns,
+    parse_float, parse_int, resolve, usage,
 )
 
 NS, US, MS, S, M, H = 1, 10**3, 10**6, 10**9, 60 * 10**9, 3600 * 10**9
@@ -190,10 +192,11 @@ def test_double_dash_ends_the_flags():
     (["--count=abc"], 'invalid value "abc" for flag -count: parse error'),
     (["--count=1.5"], 'invalid value "1.5" for flag -count: parse error'),
     (["--count=99999999999999999999"], 'invalid value "99999999999999999999" for flag -count: value out of range'),
-    (["--wait=10"], 'invalid value "10" for flag -wait: time: missing unit in duration "10"'),
-    (["--wait", "soon"], 'invalid value "soon" for flag -wait: time: invalid duration "soon"'),
-    (["-on=maybe"], 'invalid value "maybe" for flag -on: invalid boolean value "maybe"'),
-    (["--pct=0.5,,0.9"], 'invalid value "0.5,,0.9" for flag -pct'),
+    (["--wait=10"], 'invalid value "10" for flag -wait: parse error'),
+    (["--wait", "soon"], 'invalid value "soon" for flag -wait: parse error'),
+    (["-on=maybe"], 'invalid boolean value "maybe" for -on: parse error'),
+    (["--pct=0.5,,0.9"], 'invalid value "0.5,,0.9" for flag -pct: parse error'),
+    (["--pct=0.5, 0.9"], 'invalid value "0.5, 0.9" for flag -pct: parse error'),
     (["-on", "false"], "unexpected argument 'false'"),
     (["extra"], "unexpected argument 'extra'"),
     (["-"], "unexpected argument '-'"),
@@ -294,6 +297,90 @@ def test_bad_config_value_is_ignored_when_the_flag_is_given():
     assert resolved(parse_args(FLAGS, ["--wait=2s"]), {"wait": "garbage"})["wait"] == 2.0
 
 
+# -- Go's flag package: where the flags end, help, the other kinds -------------------------
+
+
+@pytest.mark.parametrize("argv, given, args", [
+    (["-count=1", "rest", "-on"], {"count": 1}, ["rest", "-on"]),
+    (["-on", "false"], {"on": True}, ["false"]),
+    (["--", "-count=1"], {}, ["-count=1"]),
+    (["-", "-count=1"], {}, ["-", "-count=1"]),
+    (["-count", "2", ""], {"count": 2}, [""]),
+])
+def test_parsing_stops_at_the_first_argument_that_is_not_a_flag(argv, given, args):
+    parsed = parse(FLAGS, argv)
+    assert (parsed.given, parsed.args) == (given, args)
+
+
+@pytest.mark.parametrize("argv", [["-h"], ["--help"], ["-help"], ["-count=1", "-h", "-nope"]])
+def test_help_when_no_such_flag_is_defined(argv):
+    with pytest.raises(HelpRequested):
+        parse(FLAGS, argv)
+
+
+def test_help_is_an_ordinary_flag_when_defined_and_ends_nothing_after_the_flags():
+    assert parse([Flag("h", "bool", False, "")], ["-h"]).given == {"h": True}
+    assert parse(FLAGS, ["-count=1", "x", "-h"]).args == ["x", "-h"]
+    with pytest.raises(FlagError, match="flag provided but not defined: -nope"):
+        parse(FLAGS, ["-nope", "-h"])
+
+
+@pytest.mark.parametrize("text, value", [
+    ("1.5", 1.5), ("-2", -2.0), (".5", 0.5), ("1e3", 1000.0), ("+Inf", float("inf")), ("1E-2", 0.01),
+])
+def test_parse_float_like_go(text, value):
+    assert parse_float(text) == value
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("", "parse error"), ("abc", "parse error"), (" 1", "parse error"), ("1_0", "parse error"),
+    ("0x1p3", "parse error"),
+    ("1e400", "value out of range"),
+])
+def test_parse_float_refuses(text, reason):
+    with pytest.raises(ValueError, match=reason):
+        parse_float(text)
+
+
+class Settings:
+    """A Go flag.Value: every occurrence adds a ``key,value`` setting."""
+
+    def __init__(self):
+        self.items = {}
+
+    def set_flag(self, text):
+        key, comma, value = text.partition(",")
+        if not comma:
+            raise ValueError(f"no value for {key}")
+        self.items[key] = value
+
+
+KINDS = [Flag("rate", "float", 0.5, "a float"), Flag("count", "count", None, "a count"),
+         Flag("opt", "value", Settings, "settings")]
+
+
+def test_float_count_and_value_kinds():
+    given = parse(KINDS, ["-rate=2.5", "-count", "7", "-opt=a,1", "--opt", "b,2"]).given
+    assert (given["rate"], given["count"], given["opt"].items) == (2.5, 7, {"a": "1", "b": "2"})
+    values = resolve(KINDS, {}, {}).values
+    assert values["rate"] == 0.5 and values["count"] is None and values["opt"].items == {}
+    assert resolve(KINDS, {}, {}).values["opt"] is not values["opt"]  # a new Value each time
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-count=ten"], 'invalid value "ten" for flag -count: strconv.ParseInt: parsing "ten": invalid syntax'),
+    (["-count=0x1"], 'invalid value "0x1" for flag -count: strconv.ParseInt: parsing "0x1": invalid syntax'),
+    (["-count=2147483648"],
+     'invalid value "2147483648" for flag -count: strconv.ParseInt: parsing "2147483648": value out of range'),
+    (["-rate=fast"], 'invalid value "fast" for flag -rate: parse error'),
+    (["-opt=a"], 'invalid value "a" for flag -opt: no value for a'),
+])
+def test_errors_of_the_other_kinds(argv, message):
+    with pytest.raises(FlagError) as info:
+        parse(KINDS, argv)
+    assert str(info.value) == message
+
+
 # -- help ---------------------------------------------------------------------------------
 
 
@@ -306,8 +393,40 @@ def test_usage_lists_flags_with_go_style_defaults():
     ])
     assert text.splitlines() == [
         "Usage of prog:",
-        "  -wait duration", "    \thow long (default 1m30s)",
-        "  -prefix string", '    \tlog prefix (default "[x] ")',
-        "  -on", "    \tswitch",
         "  -count int", "    \thow many (default 2500)",
+        "  -on", "    \tswitch",
+        "  -prefix string", '    \tlog prefix (default "[x] ")',
+        "  -wait duration", "    \thow long (default 1m30s)",
     ]
+
+
+def test_usage_is_go_printdefaults():
+    """Sorted by name; zero defaults, lists and Values unshown; a one-letter bool on one line; a
+    backquoted word names the argument; multi-line help indented."""
+    text = usage("prog", [
+        Flag("z", "bool", False, "one letter"),
+        Flag("on", "bool", True, "on by default"),
+        Flag("n", "int", 0, "zero default"),
+        Flag("rate", "float", 2.0, "a whole float"),
+        Flag("ratio", "float", 0.25, "a float"),
+        Flag("addr", "list", [], "repeatable"),
+        Flag("pct", "float_list", [], "floats"),
+        Flag("count", "count", None, "a count"),
+        Flag("opt", "value", Settings, "settings"),
+        Flag("file", "str", "", "read `path` first\nthen more"),
+        Flag("wait", "duration", 0.0, "zero duration"),
+    ])
+    assert text == "\n".join([
+        "Usage of prog:",
+        "  -addr value", "    \trepeatable",
+        "  -count value", "    \ta count",
+        "  -file path", "    \tread path first", "    \tthen more",
+        "  -n int", "    \tzero default",
+        "  -on", "    \ton by default (default true)",
+        "  -opt value", "    \tsettings",
+        "  -pct value", "    \tfloats",
+        "  -rate float", "    \ta whole float (default 2)",
+        "  -ratio float", "    \ta float (default 0.25)",
+        "  -wait duration", "    \tzero duration",
+        "  -z\tone letter",
+    ])

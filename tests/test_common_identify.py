@@ -1,4 +1,5 @@
-"""common/identify.py: the IDENTIFY body decoded as Go's encoding/json fills identifyDataV2 (reference §1.3)."""
+"""common/identify.py: the IDENTIFY body decoded as Go's encoding/json fills identifyDataV2
+(NSQ v1.3's nsqd/client_v2.go)."""
 
 import json
 

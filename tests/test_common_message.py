@@ -1,4 +1,4 @@
-"""common/message.py: the message layout, on the wire and on disk (reference §1.4)."""
+"""common/message.py: the message layout, on the wire and on disk (NSQ v1.3's nsqd/message.go)."""
 
 import pytest
 

@@ -1,4 +1,5 @@
-"""common/names.py: topic and channel names, ^[.a-zA-Z0-9_-]+(#ephemeral)?$, 1..64 (reference §1.6)."""
+"""common/names.py: topic and channel names, ^[.a-zA-Z0-9_-]+(#ephemeral)?$, 1..64
+(NSQ v1.3's internal/protocol/names.go)."""
 
 import string
 

@@ -1,4 +1,5 @@
-"""common/protocol_v1.py: the V1 lookup protocol, byte for byte, both sides (reference §2.2)."""
+"""common/protocol_v1.py: the V1 lookup protocol, byte for byte, both sides
+(NSQ v1.3's nsqlookupd/lookup_protocol_v1.go)."""
 
 import json
 import struct
@@ -17,7 +18,8 @@ def size(n: int) -> bytes:
 
 
 PEER = {"broadcast_address": "h1", "hostname": "h1", "http_port": 4151, "tcp_port": 4150, "version": "1.3.0"}
-# The exchange in reference §2.2: nsqd's IDENTIFY body is 0x5d bytes, keys sorted.
+# The exchange of NSQ's nsqd/lookup_peer.go and nsqlookupd/lookup_protocol_v1.go: nsqd's IDENTIFY body is
+# 0x5d bytes, keys sorted.
 PEER_BODY = b'{"broadcast_address":"h1","hostname":"h1","http_port":4151,"tcp_port":4150,"version":"1.3.0"}'
 PEER_INFO = {"remote_address": "", "hostname": "h1", "broadcast_address": "h1", "tcp_port": 4150,
              "http_port": 4151, "version": "1.3.0"}

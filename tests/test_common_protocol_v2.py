@@ -1,4 +1,5 @@
-"""common/protocol_v2.py and common/commands.py: the V2 command stream, byte for byte (reference §1.2, §1.4)."""
+"""common/protocol_v2.py and common/commands.py: the V2 command stream, byte for byte
+(NSQ v1.3's nsqd/protocol_v2.go)."""
 
 import json
 import random

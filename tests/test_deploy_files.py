@@ -122,7 +122,7 @@ def test_the_image_copies_what_exists_and_installs_the_project():
     packages = {package.split(".")[0] for package in PYPROJECT["tool"]["setuptools"]["packages"]}
     assert packages | {"pyproject.toml", PYPROJECT["project"]["readme"]} <= sources
     venv = image_venv()
-    assert any(f"{venv}/bin/pip install" in run and run.endswith(" .") for run in arguments(stages[0], "RUN"))
+    assert any(f"{venv}/bin/pip install" in run and run.endswith(" '.[history]'") for run in arguments(stages[0], "RUN"))
     final = stages[-1]
     assert any(re.fullmatch(rf"--from=\S+ {venv} {venv}", args) for args in arguments(final, "COPY"))
     env = dict(item.split("=", 1) for args in arguments(final, "ENV") for item in shlex.split(args))

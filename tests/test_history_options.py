@@ -39,7 +39,7 @@ def test_spark_masters_accepted(master):
     (["--stats-retention=-1h"], "--stats-retention (-1h0m0s) must be positive"),
     (["--stats-retention=0"], "--stats-retention (0s) must be positive"),
     (["--rollup-interval=-1m"], "--rollup-interval (-1m0s) must not be negative"),
-    (["--stats-interval=often"], 'invalid value "often" for flag -stats-interval: time: invalid duration "often"'),
+    (["--stats-interval=often"], 'invalid value "often" for flag -stats-interval: parse error'),
     (["--stats-dir="], "--stats-dir must not be empty while recording or rollups are on"),
     (["--spark-master=yarn"], "invalid --spark-master 'yarn': use local, local[N], local[*] or spark://HOST:PORT"),
     (["--spark-master=local[0]"], "invalid --spark-master 'local[0]'"),

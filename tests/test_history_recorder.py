@@ -422,7 +422,7 @@ def test_a_killed_flushs_hidden_file_is_removed_once_stale(tmp_path):
 
 @pytest.fixture
 def nsqadmin_log(caplog):
-    """What the "nsqadmin" logger says (it may not propagate: lg.setup turns that off)."""
+    """What the "nsqadmin" logger says (it may not propagate: serving/logs.py turns that off)."""
     logger = logging.getLogger("nsqadmin")
     logger.addHandler(caplog.handler)
     caplog.set_level(logging.INFO, logger="nsqadmin")

@@ -2,6 +2,7 @@
 what it writes in local mode."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,8 +23,10 @@ JOB_TIMEOUT = 300
 
 
 def start_rollup(stats_dir: Path, master: str) -> subprocess.Popen:
+    """The job, its executors running this Python as a cluster's operator would set it."""
     return subprocess.Popen([str(ROLLUP), "--stats-dir", str(stats_dir), "--spark-master", master,
                              "--stats-retention", retention_keeping()],
+                            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -1,4 +1,4 @@
-"""AUTH against a real auth HTTP server (reference §1.11): the request nsqd makes, the
+"""AUTH against a real auth HTTP server (NSQ v1.3's internal/auth/authorizations.go): the request nsqd makes, the
 answer's checks, TTL refresh, and what PUB/MPUB/DPUB/SUB are then allowed."""
 
 import json

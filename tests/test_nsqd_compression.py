@@ -1,4 +1,4 @@
-"""snappy and deflate (reference §1.3): the codecs alone, then negotiated with nsqd over real sockets."""
+"""snappy and deflate (NSQ v1.3's nsqd/client_v2.go): the codecs alone, then negotiated with nsqd over real sockets."""
 
 import json
 import os

@@ -1,4 +1,5 @@
-"""nsqd over real sockets: RDY flow control, FIN/REQ/TOUCH, timeouts, CLS and fan-out (NSQ v1.3 §1.2, §1.16)."""
+"""nsqd over real sockets: RDY flow control, FIN/REQ/TOUCH, timeouts, CLS and fan-out
+(NSQ v1.3's nsqd/protocol_v2.go, nsqd/channel.go)."""
 
 import struct
 

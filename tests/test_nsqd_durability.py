@@ -1,4 +1,5 @@
-"""Messages survive nsqd restarts, in go-diskqueue v1.1.0's on-disk format (NSQ v1.3 §1.9, §1.16).
+"""Messages survive nsqd restarts, in go-diskqueue v1.1.0's on-disk format
+(nsqd/diskqueue.py, go-diskqueue's diskqueue.go).
 
 Each restart test runs a real ``python -m nsqd`` process, stops it (SIGTERM / SIGINT, or
 SIGKILL for an unclean stop) and starts a new one on the same --data-path. Bodies are

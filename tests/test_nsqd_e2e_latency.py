@@ -1,4 +1,4 @@
-"""End-to-end processing latency (NSQ v1.3 §1.1, §1.8, §1.16): the flags, recording on
+"""End-to-end processing latency (NSQ v1.3's internal/quantile, nsqd/stats.go): the flags, recording on
 FIN as now - message timestamp, and /stats e2e_processing_latency in JSON and text."""
 
 import json
@@ -83,7 +83,7 @@ def test_config_file_key_is_nsqs(tmp_path):
     (["--e2e-processing-latency-percentile=0.5,1.5"], "Invalid percentile: 1.5"),
     (["--e2e-processing-latency-percentile=-0.1"], "Invalid percentile: -0.1"),
     (["--e2e-processing-latency-percentile=abc"],
-     'invalid value "abc" for flag -e2e-processing-latency-percentile: could not convert string to float'),
+     'invalid value "abc" for flag -e2e-processing-latency-percentile: parse error'),
     (["--e2e-processing-latency-window-time=0s"], "--e2e-processing-latency-window-time must be greater than 0"),
 ])
 def test_bad_percentiles_and_window_are_startup_errors(argv, message):

@@ -1,5 +1,6 @@
 """nsqd over real sockets: every fatal protocol error is an error frame, then the connection closes
-(NSQ v1.3 §1.2, §1.6). Another client on the same server is unaffected each time."""
+(NSQ v1.3's nsqd/protocol_v2.go, internal/protocol/names.go). Another client on the same server is
+unaffected each time."""
 
 import struct
 

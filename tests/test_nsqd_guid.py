@@ -1,4 +1,5 @@
-"""nsqd/guid.py: NSQ's message IDs, ((tick - twepoch) << 22) | (node << 12) | seq as 16 hex bytes (§1.5)."""
+"""nsqd/guid.py: NSQ's message IDs, ((tick - twepoch) << 22) | (node << 12) | seq as 16 hex bytes
+(NSQ's nsqd/guid.go)."""
 
 import random
 import re

@@ -1,4 +1,4 @@
-"""nsqd's HTTP API over real HTTP (NSQ v1.3 §1.7): routes, parameters, status codes, bodies
+"""nsqd's HTTP API over real HTTP (NSQ v1.3's nsqd/http.go): routes, parameters, status codes, bodies
 and headers, checked against the messages a TCP consumer then gets, /stats and nsqd.dat."""
 
 import gc

@@ -1,4 +1,4 @@
-"""nsqd over real sockets: the magic, IDENTIFY and heartbeats (NSQ v1.3 §1.2-1.3)."""
+"""nsqd over real sockets: the magic, IDENTIFY and heartbeats (NSQ v1.3's nsqd/protocol_v2.go, nsqd/client_v2.go)."""
 
 import json
 import struct

@@ -1,4 +1,4 @@
-"""nsqd.dat and the data-directory lock (NSQ v1.3 §1.10).
+"""nsqd.dat and the data-directory lock (NSQ v1.3's nsqd/nsqd.go).
 
 nsqd.dat is Go's json.Marshal of nsqd's Metadata structs: keys in field order
 (``topics``, ``version``; ``name``, ``paused``, ``channels``), no spaces, an empty list as

@@ -1,4 +1,4 @@
-"""nsqd/options.py and nsqd/main.py: nsqd's flags, config file and exit codes (reference §1.1)."""
+"""nsqd/options.py and nsqd/main.py: nsqd's flags, config file and exit codes (NSQ v1.3's apps/nsqd/options.go)."""
 
 import hashlib
 import socket
@@ -202,7 +202,7 @@ def test_unreadable_toml(tmp_path, content):
     (["--msg-timeout=16m"], "--msg-timeout must not exceed --max-msg-timeout"),
     (["--tcp-address=host:http"], "--tcp-address: invalid port in 'host:http'"),
     (["--tcp-address="], "--tcp-address must not be empty"),
-    (["--msg-timeout=60"], 'invalid value "60" for flag -msg-timeout: time: missing unit in duration "60"'),
+    (["--msg-timeout=60"], 'invalid value "60" for flag -msg-timeout: parse error'),
     (["--bogus"], "flag provided but not defined: -bogus"),
 ])
 def test_bad_flags(argv, message):
@@ -254,7 +254,7 @@ def run_nsqd(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("args, message", [
     (["--bogus-flag"], "nsqd: flag provided but not defined: -bogus-flag"),
-    (["--msg-timeout=10"], 'nsqd: invalid value "10" for flag -msg-timeout: time: missing unit in duration "10"'),
+    (["--msg-timeout=10"], 'nsqd: invalid value "10" for flag -msg-timeout: parse error'),
     (["--node-id=1024"], "nsqd: --node-id must be [0,1024), got 1024"),
     (["--config=/nonexistent/nsqd.toml"], "nsqd: failed to load config file /nonexistent/nsqd.toml: "
                                           "No such file or directory"),

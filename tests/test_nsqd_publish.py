@@ -1,4 +1,5 @@
-"""nsqd over real sockets: PUB, MPUB and DPUB, and the messages they produce (NSQ v1.3 §1.2, §1.4-1.5)."""
+"""nsqd over real sockets: PUB, MPUB and DPUB, and the messages they produce
+(NSQ v1.3's nsqd/protocol_v2.go, nsqd/message.go)."""
 
 import re
 import struct

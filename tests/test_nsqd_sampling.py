@@ -1,4 +1,4 @@
-"""IDENTIFY sample_rate (NSQ v1.2/§1.3): nsqd's messagePump skips a message when
+"""IDENTIFY sample_rate (NSQ v1.2, nsqd/protocol_v2.go): nsqd's messagePump skips a message when
 rand.Int31n(100) > sample_rate, so a rate of N delivers (N + 1) % of the messages, and a
 skipped message is gone: never in flight, never redelivered, to this client or another."""
 

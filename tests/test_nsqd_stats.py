@@ -1,4 +1,4 @@
-"""nsqd's /stats over real HTTP (NSQ v1.3 §1.8): the JSON document key by key against a
+"""nsqd's /stats over real HTTP (NSQ v1.3's nsqd/stats.go, nsqd/http.go): the JSON document key by key against a
 v1.3 document written from NSQ's Go structs (tests/fixtures/nsq_v13_stats.json), the
 filters, and the text layout line by line with NSQ's fmt strings."""
 

@@ -1,4 +1,4 @@
-"""statsd (NSQ v1.3 §1.13): the host-keyed prefix, NSQ's metric names and kinds, counters
+"""statsd (NSQ v1.3's nsqd/statsd.go): the host-keyed prefix, NSQ's metric names and kinds, counters
 as deltas, packets bounded by --statsd-udp-packet-size and spread over the interval;
 end to end against a real UDP listener."""
 

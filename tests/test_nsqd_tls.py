@@ -1,4 +1,4 @@
-"""TLS in nsqd (reference §1.1-1.3, 1.7, 1.12): the in-band upgrade after IDENTIFY,
+"""TLS in nsqd (NSQ v1.3's nsqd/protocol_v2.go, nsqd/client_v2.go, nsqd/http.go): the in-band upgrade after IDENTIFY,
 --tls-required on TCP and HTTP, the HTTPS listener, client certificates, startup errors."""
 
 import json

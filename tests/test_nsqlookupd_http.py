@@ -1,4 +1,4 @@
-"""nsqlookupd's HTTP API with httpx: every route, its JSON and its errors (reference §2.4, §1.7)."""
+"""nsqlookupd's HTTP API with httpx: every route, its JSON and its errors (NSQ v1.3's nsqlookupd/http.go)."""
 
 import json
 

@@ -1,5 +1,5 @@
 """nsqlookupd/options.py and nsqlookupd/main.py: flags, config file, exit codes, signals,
-and a real ``python -m nsqlookupd`` process (reference §2.1)."""
+and a real ``python -m nsqlookupd`` process (NSQ v1.3's apps/nsqlookupd/options.go)."""
 
 import json
 import re
@@ -16,6 +16,7 @@ from common.goflags import FlagError
 from common.protocol_v1 import MAGIC_V1, Identify, Register, ResponseReader
 from nsqlookupd.options import FLAGS, default_options, load_options
 
+from .go_nsq import go_program, requires_go
 from .helpers import ROOT
 from .lookupd_helpers import LookupdProcess, peer_info
 
@@ -68,7 +69,7 @@ def test_config_file_is_toml_and_flags_win(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["--nope"], "flag provided but not defined: -nope"),
-    (["--tombstone-lifetime=45"], 'invalid value "45" for flag -tombstone-lifetime: time: missing unit in duration "45"'),
+    (["--tombstone-lifetime=45"], 'invalid value "45" for flag -tombstone-lifetime: parse error'),
     (["--log-level=loud"], "invalid log level 'loud'"),
     (["--tcp-address=127.0.0.1:99999"], "--tcp-address: invalid port"),
     (["--http-address="], "--http-address must not be empty"),
@@ -92,6 +93,24 @@ def test_version_and_help_exit_0():
     assert result.stdout.startswith(f"nsqlookupd v{VERSION} (built w/python")
     result = run("-h")
     assert result.returncode == 0 and "-inactive-producer-timeout duration" in result.stderr
+
+
+@requires_go
+def test_usage_is_nsqs():
+    """Go's PrintDefaults, line for line; only --log-level differs (NSQ's is a Value whose default
+    prints as INFO)."""
+    ours = run("-help").stderr.splitlines()
+    theirs = subprocess.run([go_program("nsqlookupd"), "-help"], capture_output=True, text=True, timeout=15).stderr
+    level = ["  -log-level string", '    \tset log verbosity: debug, info, warn, error, or fatal (default "info")']
+    go_level = ["  -log-level value", "    \tset log verbosity: debug, info, warn, error, or fatal (default INFO)"]
+    index = ours.index(level[0])
+    assert ours[index:index + 2] == level
+    assert ours[:index] + go_level + ours[index + 2:] == theirs.splitlines()
+
+
+def test_help_is_a_flag_not_a_value():
+    result = run("--broadcast-address", "-h", "--bad-flag")
+    assert result.returncode == 1 and result.stderr == "nsqlookupd: flag provided but not defined: -bad-flag\n"
 
 
 @pytest.mark.parametrize("args", [["--bad-flag"], ["--log-level=nope"], ["--tombstone-lifetime=soon"]])

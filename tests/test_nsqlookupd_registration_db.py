@@ -1,4 +1,4 @@
-"""nsqlookupd/registration_db.py with an injected clock (reference §2.3)."""
+"""nsqlookupd/registration_db.py with an injected clock (NSQ v1.3's nsqlookupd/registration_db.go)."""
 
 from nsqlookupd.registration_db import (
     CLIENT, GO_ZERO_TIME_UNIX_NANO, PeerInfo, Producer, Registration, RegistrationDB, channel_registration, keys,

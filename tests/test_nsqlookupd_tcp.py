@@ -1,4 +1,5 @@
-"""nsqlookupd's TCP protocol V1 over real sockets: every command and error (reference §2.2)."""
+"""nsqlookupd's TCP protocol V1 over real sockets: every command and error
+(NSQ v1.3's nsqlookupd/lookup_protocol_v1.go)."""
 
 import json
 import socket

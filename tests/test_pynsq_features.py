@@ -1,7 +1,7 @@
 """pynsq with tls_v1, snappy and deflate against a real nsqd process.
 
 pynsq 0.9.1's compressed sockets say "no whole plaintext yet" with an OSError that has
-no errno, which Tornado 6 takes for a broken connection (shared/reference/stack.md).
+no errno, which Tornado 6 takes for a broken connection (pynsq's compressed socket under Tornado's IOStream).
 The ``compressed_socket_shim`` fixture re-raises it as the BlockingIOError Tornado
 expects: a client-side fix, nsqd is not involved.
 """

@@ -1,4 +1,4 @@
-"""serving/v1.py: NSQ's V1 HTTP conventions (reference §1.7)."""
+"""serving/v1.py: NSQ's V1 HTTP conventions (NSQ v1.3's internal/http_api/api_response.go)."""
 
 import pytest
 

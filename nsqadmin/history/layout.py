@@ -32,15 +32,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from .windows import ALL_NODES, WINDOWS  # noqa: F401 (ALL_NODES: part of the files' contract)
+
 RAW = "raw"
 ROLLUPS = "rollups"
 STATE_FILE = "_state.json"
 HEALTH_FILE = "health.json"
 LOCK_FILE = ".lock"
 ROLLUP_FILE = "rollup.parquet"
-ALL_NODES = "*"
-
-WINDOWS = {"1m": 60, "1h": 3600, "1d": 86400}
 
 RAW_SCHEMA = pa.schema([
     ("ts", pa.timestamp("us", tz="UTC")),

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from markupsafe import Markup
 
-from . import layout
 from .charts import line_chart
+from .windows import WINDOWS
 
 RANGES = {"1h": (3600, "1m"), "24h": (86400, "1h"), "7d": (7 * 86400, "1h")}
 DEFAULT_RANGE = "1h"
@@ -37,7 +37,7 @@ def since_for(range_name: str, now: float) -> float:
 
 
 def _end(now: float, window: str) -> int:
-    size = layout.WINDOWS[window]
+    size = WINDOWS[window]
     return math.ceil(now / size) * size
 
 
@@ -49,7 +49,7 @@ def panel(rows: list[dict], range_name: str, now: float, empty_note: str,
     span, window = RANGES[range_name]
     end = _end(now, window)
     drawn = [line_chart([(row["ts"], row[key]) for row in rows], title=title, unit=unit, start=end - span,
-                        end=end, window_seconds=layout.WINDOWS[window], detail=detail)
+                        end=end, window_seconds=WINDOWS[window], detail=detail)
              for key, title, unit, detail in charts]
     return Panel(range_name, drawn)
 

@@ -53,8 +53,9 @@ import json
 import logging
 import time
 
-from .. import producers as nodes
-from ..clusterinfo import ClusterInfo, UpstreamFailure
+from clusterinfo import producers as nodes
+from clusterinfo.cluster import ClusterInfo, UpstreamFailure
+
 from .raw_rows import Layout, PollRows
 from .raw_writer import RawWriter, utc
 from .stats_fetcher import FetchError, StatsFetcher

@@ -33,6 +33,7 @@ from pyspark.errors import PySparkException
 
 from common import lg
 from common.goflags import Flag, FlagError, format_duration, parse_args, resolve, usage
+from serving.logs import nsq_logger
 
 from .rollup_job import DEFAULT_RETENTION, run_rollup
 from .rollup_state import StatsDirError
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     except FlagError as exc:
         print(f"{PROGRAM}: {exc}", file=sys.stderr)
         return 1
-    log = lg.setup(PROGRAM, opts.log_level, f"[{PROGRAM}] ")
+    log = nsq_logger(PROGRAM, opts.log_level, f"[{PROGRAM}] ")
     return _work(opts, log) if opts.rollup_interval else _run(opts, log)
 
 

@@ -18,6 +18,7 @@ shuffle partitions is set per run, from the size of the raw files read.
 import logging
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -119,7 +120,12 @@ def build_session(master: str, log4j2_file: Path, raw_bytes: int = 0, archive: C
     builder = builder.config("spark.driver.extraJavaOptions", driver_options)
     if not is_large(raw_bytes):
         builder = builder.config("spark.driver.memory", SMALL_RUN_DRIVER_MEMORY)
-    if master.startswith("spark://"):
+    if not master.startswith("spark://"):
+        # Spark's Python workers run this interpreter, not the first python3 on PATH, which may be
+        # another version (refused by PySpark) or lack this environment's packages; a cluster's
+        # workers run PYSPARK_PYTHON, or python3, as Spark's own rule says
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    else:
         builder = (builder.config("spark.executor.extraJavaOptions", java_options)
                    .config("spark.cores.max", str(os.cpu_count() or 2)))
     return builder.getOrCreate()

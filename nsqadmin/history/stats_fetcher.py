@@ -20,12 +20,11 @@ host: connect: connection refused``), since they end up in the same log.
 
 import asyncio
 import json
-import os
-import socket
 import ssl
 
 import httptools
 
+from clusterinfo.upstream import go_dial_error
 from common.goquote import go_quote
 
 ACCEPT_V1 = b"application/vnd.nsq; version=1.0"
@@ -236,15 +235,9 @@ class StatsFetcher:
 
     def _reason(self, address: str, exc: OSError) -> str:
         """What Go's client says: ``dial tcp host:port: connect: connection refused``."""
-        if isinstance(exc, ssl.SSLCertVerificationError):
-            return f"tls: failed to verify certificate: {exc.verify_message} (CERTIFICATE_VERIFY_FAILED)"
-        if isinstance(exc, ssl.SSLError):
-            return f"tls: {exc.reason or exc}"
-        if isinstance(exc, socket.gaierror):
-            return f"dial tcp: lookup {split_address(address)[0]}: no such host"
-        if isinstance(exc, _Failure) or not exc.errno:
+        if isinstance(exc, _Failure):
             return str(exc)
-        return f"dial tcp {address}: connect: {os.strerror(exc.errno).lower()}"
+        return go_dial_error(address, split_address(address)[0], exc) or str(exc)
 
     async def _exchange_within(self, address: str, path: str, deadline: float) -> tuple[int, bytes]:
         """(status, body) of a GET on a new connection, and again over HTTPS if nsqd asks for it."""

@@ -1,4 +1,5 @@
-"""nsqadmin's HTTP client for nsqd and nsqlookupd (internal/http_api/api_request.go), on httpx.
+"""The HTTP client of nsqadmin and the utilities for nsqd and nsqlookupd (internal/http_api/api_request.go),
+on httpx.
 
 Pooled keep-alive connections with NSQ's deadlines: a connect timeout and a request
 timeout that bounds the whole exchange, body included. There is one ``httpx.AsyncClient``
@@ -76,20 +77,28 @@ def _causes(exc: BaseException):
         exc = exc.__cause__ or exc.__context__
 
 
+def go_dial_error(address: str, host: str, cause: BaseException) -> str | None:
+    """What Go's dialer or TLS handshake says of ``cause`` (``dial tcp host:port: connect: connection
+    refused``), connecting to ``address`` (host:port) of ``host``; None for any other error."""
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return f"tls: failed to verify certificate: {cause.verify_message} (CERTIFICATE_VERIFY_FAILED)"
+    if isinstance(cause, ssl.SSLError):
+        return f"tls: {cause.reason or cause}"
+    if isinstance(cause, socket.gaierror):
+        return f"dial tcp: lookup {host}: no such host"
+    if isinstance(cause, OSError) and cause.errno:
+        return f"dial tcp {address}: connect: {os.strerror(cause.errno).lower()}"
+    return None
+
+
 def _dial_error(url: str, exc: Exception) -> str:
-    """What Go's dialer says: ``dial tcp host:port: connect: connection refused``."""
     parts = urlsplit(url)
     if isinstance(exc, httpx.ConnectTimeout):
         return f"dial tcp {parts.netloc}: i/o timeout"
     for cause in _causes(exc):
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            return f"tls: failed to verify certificate: {cause.verify_message} (CERTIFICATE_VERIFY_FAILED)"
-        if isinstance(cause, ssl.SSLError):
-            return f"tls: {cause.reason or cause}"
-        if isinstance(cause, socket.gaierror):
-            return f"dial tcp: lookup {parts.hostname}: no such host"
-        if isinstance(cause, OSError) and cause.errno:
-            return f"dial tcp {parts.netloc}: connect: {os.strerror(cause.errno).lower()}"
+        reason = go_dial_error(parts.netloc, parts.hostname, cause)
+        if reason is not None:
+            return reason
     return f"dial tcp {parts.netloc}: {exc or type(exc).__name__}"
 
 

@@ -1,12 +1,12 @@
-"""nsqadmin's cluster model without a network: producers (producers.py) and stats aggregation (stats.py),
-checked against NSQ v1.3's nsqadmin (internal/clusterinfo/types.go, quantile/aggregate.go)."""
+"""The cluster model without a network: producers (clusterinfo/producers.py) and stats aggregation
+(clusterinfo/stats.py), checked against NSQ v1.3's nsqadmin (internal/clusterinfo/types.go, quantile/aggregate.go)."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from nsqadmin import producers, stats
+from clusterinfo import producers, stats
 
 NOW = 1_700_000_100.7
 

@@ -1,4 +1,5 @@
-"""What nsqadmin asks the cluster, and the actions it takes on it (internal/clusterinfo/data.go).
+"""What nsqadmin and the utilities ask the cluster, and the actions nsqadmin takes on it
+(internal/clusterinfo/data.go).
 
 Every question goes to all lookupds (``--lookupd-http-address``) or all nsqd
 (``--nsqd-http-address``) at once. NSQ's error rules are kept, because its API reports
@@ -10,6 +11,11 @@ ever collect errors: a partial action is reported, not refused.
 Where NSQ asks more than it needs, this asks less, with the same result: nsqd's
 ``/stats`` without clients when clients are not shown, and the topics without producers
 from one ``/nodes`` per lookupd instead of one ``/lookup`` per topic.
+
+``sources`` is any object with the program's ``lookupd_http_address``, ``nsqd_http_address``
+(lists, read at each question, so nsqadmin's ``PUT /config/nsqlookupd_http_addresses`` takes
+effect at once) and ``nsqd_auth_secret``; the queries are logged at debug level to the
+program's logger, as NSQ's clusterinfo.New takes the program's log function.
 """
 
 import asyncio
@@ -21,8 +27,6 @@ from urllib.parse import quote
 from . import producers as nodes
 from .stats import node_topics
 from .upstream import ACCEPT_V1, Upstream, UpstreamError, nsqd_headers
-
-log = logging.getLogger("nsqadmin")
 
 TOPIC_ACTIONS = ("pause", "unpause", "empty")
 
@@ -58,18 +62,19 @@ def _all_failed(kind: str, errors: list[Exception]) -> UpstreamFailure:
 
 
 class ClusterInfo:
-    def __init__(self, upstream: Upstream, opts):
+    def __init__(self, upstream: Upstream, sources, log: logging.Logger):
         self.upstream = upstream
-        self.opts = opts
-        self._nsqd_headers = nsqd_headers(opts.nsqd_auth_secret)
+        self.sources = sources
+        self.log = log
+        self._nsqd_headers = nsqd_headers(sources.nsqd_auth_secret)
 
     @property
     def lookupds(self) -> list[str]:
-        return self.opts.lookupd_http_address
+        return self.sources.lookupd_http_address
 
     @property
     def nsqds(self) -> list[str]:
-        return self.opts.nsqd_http_address
+        return self.sources.nsqd_http_address
 
     async def _gather(self, calls: list[Awaitable]) -> tuple[list, list[Exception]]:
         """Run every call at once: (answers of those that worked, errors of those that failed)."""
@@ -92,11 +97,11 @@ class ClusterInfo:
         return Answer(answers, [str(error) for error in errors])
 
     async def _get(self, url: str):
-        log.debug("CI: querying %s", url)
+        self.log.debug("CI: querying %s", url)
         return await self.upstream.get_v1(url)
 
     async def _get_nsqd(self, url: str):
-        log.debug("CI: querying %s", url)
+        self.log.debug("CI: querying %s", url)
         return await self.upstream.get_v1(url, self._nsqd_headers)
 
     # -- lookupd questions --------------------------------------------------------------
@@ -224,7 +229,7 @@ class ClusterInfo:
 
     async def _post_all(self, urls: list[str], headers: dict[str, str]) -> list[str]:
         async def post(url):
-            log.debug("CI: posting %s", url)
+            self.log.debug("CI: posting %s", url)
             await self.upstream.post_v1(url, headers)
         _, errors = await self._gather([post(url) for url in urls])
         return [str(error) for error in errors]
