@@ -53,7 +53,7 @@ $(NSQJS): tests/nsqjs/package-lock.json
 	touch $(NSQJS)
 
 test: $(STAMP) $(CHROMIUM) $(NSQJS) java-runtime
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 
 # The nsqd, common and client tests on every other supported Python found (pyenv's or on PATH),
 # each in a virtualenv of its own (.venv-3.12, .venv-3.13); a version not found is skipped, saying so.
