@@ -6,7 +6,7 @@ Theory of operation:
   the channel's disk queue. A message in memory is the object the topic made when it
   accepted the publish (nsqd/message.py), shared with every other channel of the topic.
 * Delivery is pushed, not polled: ``_ready`` holds the subscribed clients that can take
-  a message now (in_flight < RDY). A message put into the channel goes straight to the
+  a message now (in_flight < RDY), ``_in_ready`` the same clients as a set. A message put into the channel goes straight to the
   next ready client, round-robin; it is queued only when nobody is ready.
   Invariant (while unpaused): a ready client exists only if the queue, memory and disk,
   is empty. A client that becomes ready again (RDY, FIN, REQ, timeout) drains it first.
@@ -43,6 +43,7 @@ class Channel:
         # topic has a disk queue, which keeps its overflow and what it holds at a stop
         self.queue = MessageQueue(f"{topic.name}:{name}", topic.nsqd, self.ephemeral)
         self._ready: deque = deque()
+        self._in_ready: set = set()
         self._deferred: list[tuple[float, int, bytes]] = []  # (deadline, order, message)
         self._deferred_order = itertools.count()
         self._deferred_changed = trio.Event()
@@ -56,6 +57,14 @@ class Channel:
 
     def __repr__(self) -> str:
         return f"<Channel {self.topic.name}:{self.name}>"
+
+    def set_screen(self, screen) -> None:
+        """The checks before each delivery (nsqd/screen.py), or None."""
+        self.screen = screen
+
+    def set_journal(self, journal) -> None:
+        """Beyond NSQ: record deferrals and deliveries in ``journal`` (nsqd/deferred_store.py)."""
+        self.journal = journal
 
     @property
     def depth(self) -> int:
@@ -98,13 +107,25 @@ class Channel:
                     return taken
             else:
                 taken = 0
-            ready.popleft()
-            client.in_ready_queue = False
+            self._in_ready.discard(ready.popleft())
             return taken
         for index, message in enumerate(messages):
             if not self._deliver_to_ready(message):
                 return index
         return len(messages)
+
+    def requeue_message(self, message: bytes, delay: float) -> None:
+        """A client's REQ: the message back now, or after ``delay`` (nsqd's RequeueMessage)."""
+        self.requeue_count += 1
+        if delay > 0:
+            self.defer(message, delay)
+        else:
+            self.requeue(message)
+
+    def timed_out(self, message: bytes) -> None:
+        """A message whose msg_timeout passed in flight comes back."""
+        self.timeout_count += 1
+        self.requeue(message)
 
     def requeue(self, message: bytes) -> None:
         """A message back from a client (REQ 0, timeout, disconnect) or out of deferral."""
@@ -120,8 +141,7 @@ class Channel:
                 client.send_message(message)
                 ready.rotate(-1)
                 return True
-            ready.popleft()
-            client.in_ready_queue = False
+            self._in_ready.discard(ready.popleft())
         return False
 
     def client_ready(self, client) -> None:
@@ -140,8 +160,8 @@ class Channel:
                 return
             if not messages:
                 break
-        if not client.in_ready_queue:
-            client.in_ready_queue = True
+        if client not in self._in_ready:
+            self._in_ready.add(client)
             self._ready.append(client)
 
     def add_client(self, client) -> None:
@@ -151,9 +171,9 @@ class Channel:
         """The client left: its in-flight messages go back to the channel at once."""
         if self.clients.pop(client.id, None) is None:
             return
-        if client.in_ready_queue:
+        if client in self._in_ready:
+            self._in_ready.remove(client)
             self._ready.remove(client)
-            client.in_ready_queue = False
         returned = client.take_in_flight()
         self.requeue_count += len(returned)
         for msg in returned:
@@ -206,9 +226,8 @@ class Channel:
         self._forget_ready_clients()
 
     def _forget_ready_clients(self) -> None:
-        for client in self._ready:
-            client.in_ready_queue = False
         self._ready.clear()
+        self._in_ready.clear()
 
     def unpause(self) -> None:
         self.paused = False

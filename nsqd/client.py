@@ -53,7 +53,6 @@ class Client:
         self.auth_secret = b""
         self.channel = None
         self.ready_count = 0
-        self.in_ready_queue = False
         self.in_flight: dict[bytes, InFlight] = {}
         self._capped: dict[bytes, InFlight] = {}
         self.message_count = 0
@@ -112,6 +111,13 @@ class Client:
                 raise _bad_identify(f"msg timeout ({msg_timeout}) is invalid")
             self.msg_timeout = msg_timeout / 1000
         self.identified = True
+
+    def set_auth_secret(self, secret: bytes) -> None:
+        self.auth_secret = secret
+
+    def set_auth_state(self, state) -> None:
+        """The auth server's answer for ``auth_secret`` (nsqd.auth.AuthState)."""
+        self.auth_state = state
 
     @property
     def authed(self) -> bool:
@@ -248,23 +254,18 @@ class Client:
     def requeue(self, msg_id: bytes, delay: float) -> None:
         msg = self._pop_in_flight(msg_id, "REQ", "E_REQ_FAILED")
         self.requeue_count += 1
-        channel = self.channel
-        channel.requeue_count += 1
-        if delay > 0:
-            channel.defer(msg.requeued(), delay)
-        else:
-            channel.requeue(msg.requeued())
-        channel.client_ready(self)
+        self.channel.requeue_message(msg.requeued(), delay)
+        self.channel.client_ready(self)
 
     def touch(self, msg_id: bytes) -> None:
         msg = self._pop_in_flight(msg_id, "TOUCH", "E_TOUCH_FAILED")
-        now = trio.current_time()
-        msg.deadline = now + self.msg_timeout
+        deadline = trio.current_time() + self.msg_timeout
         cap = msg.delivered_at + self.opts.max_msg_timeout
-        if msg.deadline >= cap:
-            msg.deadline = cap
+        if deadline >= cap:
+            deadline = cap
             self._capped[msg_id] = msg
             self.timeouts_changed.set()
+        msg.extend(deadline)
         self.in_flight[msg_id] = msg
 
     def take_in_flight(self) -> list[InFlight]:
@@ -300,10 +301,14 @@ class Client:
         for msg_id, msg in expired.items():
             del self.in_flight[msg_id]
             self._capped.pop(msg_id, None)
-            channel.timeout_count += 1
-            channel.requeue(msg.requeued())
+            channel.timed_out(msg.requeued())
         channel.client_ready(self)
         return len(expired)
+
+    def subscribe(self, channel) -> None:
+        """SUB: deliveries come from ``channel`` (which has added this client) once RDY allows."""
+        self.channel = channel
+        self.state = State.SUBSCRIBED
 
     def start_close(self) -> None:
         """CLS: no more deliveries to this client; it may still FIN what it holds."""

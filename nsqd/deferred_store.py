@@ -245,7 +245,8 @@ class DeferredStore:
             log.info("TOPIC(%s): %d deferred messages read from %s", topic.name, len(entries), held.path)
         skip_handed_on(topic.queue, handed_position)
         if self.write_through:
-            topic.held_log = self.topic_logs[topic] = TopicLog(self.nsqd, topic, held, handed)
+            self.topic_logs[topic] = TopicLog(self.nsqd, topic, held, handed)
+            topic.set_held_log(self.topic_logs[topic])
             self._rewrite(held, held_records(topic.held_deferred_items()))
             if handed_position is not None:
                 self._rewrite(handed, [position(topic.queue.backend.read_position())])
@@ -276,7 +277,8 @@ class DeferredStore:
                      len(deferred_entries), len(returned), os.path.dirname(deferred.path) or ".")
         if self.write_through:
             channel_log = ChannelLog(self.nsqd, channel, deferred, in_flight, floors)
-            self.channel_logs[channel] = channel.journal = channel_log
+            self.channel_logs[channel] = channel_log
+            channel.set_journal(channel_log)
             self._rewrite(deferred, deferred_records(channel.deferred_items()))
             # the messages that were in flight are in the disk queue now
             self._rewrite(in_flight, [position(queue.backend.read_position())])

@@ -89,7 +89,8 @@ def write_atomically(path: str, data: bytes, fsync: bool = True) -> None:
 
 
 class DiskQueue:
-    def __init__(self, name: str, data_path: str, max_bytes_per_file: int, min_msg_size: int, max_msg_size: int):
+    def __init__(self, name: str, data_path: str, max_bytes_per_file: int, min_msg_size: int, max_msg_size: int,
+                 keep_read_files: bool = False):
         self.name = name
         self.data_path = data_path
         self.max_bytes_per_file = max_bytes_per_file
@@ -112,7 +113,7 @@ class DiskQueue:
         self.generation = 0  # bumped by empty(), under meta_lock
         # Beyond NSQ (--persist-deferred with --mem-queue-size=0): a file read to its end is
         # removed only at the next read or sync, once what was read from it is recorded elsewhere.
-        self.keep_read_files = False
+        self.keep_read_files = keep_read_files
         self._read_files_done: list[str] = []
         self._load_metadata()
 

@@ -37,6 +37,10 @@ class InFlight:
         self.deadline = deadline
         self.delivered_at = delivered_at
 
+    def extend(self, deadline: float) -> None:
+        """TOUCH: it may stay out until ``deadline`` now."""
+        self.deadline = deadline
+
     @property
     def attempts(self) -> int:
         """Deliveries so far, this one included."""

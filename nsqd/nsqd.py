@@ -312,7 +312,7 @@ class NSQD:
 
     def refresh_screen(self, channel) -> None:
         """Rebuild the checks the channel runs before each delivery (nsqd/screen.py)."""
-        channel.screen = screen_for(self, channel)
+        channel.set_screen(screen_for(self, channel))
 
     def spawn(self, task, *args) -> None:
         """Run a task for as long as nsqd runs."""
@@ -358,9 +358,8 @@ class NSQD:
     # -- disk queues and health ------------------------------------------------------
 
     def open_diskqueue(self, name: str) -> DiskQueue:
-        queue = DiskQueue(name, self.data_path, self.opts.max_bytes_per_file,
-                          MIN_MESSAGE_LENGTH, self.opts.max_msg_size + MIN_MESSAGE_LENGTH)
-        queue.keep_read_files = self.deferred_store.write_through
+        queue = DiskQueue(name, self.data_path, self.opts.max_bytes_per_file, MIN_MESSAGE_LENGTH,
+                          self.opts.max_msg_size + MIN_MESSAGE_LENGTH, self.deferred_store.write_through)
         self._diskqueues.add(queue)
         return queue
 

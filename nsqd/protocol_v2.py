@@ -108,10 +108,6 @@ class ProtocolV2:
         log.log(logging.ERROR if err.fatal else logging.INFO, "client %s: %s", self.client.remote_address, err)
         self.client.send_error(err)
 
-    def _set_state(self, state: State) -> None:
-        self.client.state = state
-        self.parser.state = state
-
     def identify(self, command: Identify):
         client, data = self.client, command.data
         client.identify(data)
@@ -161,7 +157,7 @@ class ProtocolV2:
 
     async def _auth(self, secret: bytes) -> None:
         client = self.client
-        client.auth_secret = secret
+        client.set_auth_secret(secret)
         await self._query_auth()
         if not client.authed:
             raise ClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
@@ -175,7 +171,7 @@ class ProtocolV2:
         tls = client.tls
         query = AuthQuery(client.remote_ip, tls is not None, client.auth_secret, tls.common_name if tls else "")
         try:
-            client.auth_state = await self.nsqd.auth_servers.query(query)
+            client.set_auth_state(await self.nsqd.auth_servers.query(query))
         except AuthError as exc:
             # the auth server's troubles are not the client's business
             log.warning("PROTOCOL(V2): [%s] AUTH failed %s", client.remote_address, exc)
@@ -211,8 +207,8 @@ class ProtocolV2:
             raise ClientError(
                 "E_SUB_FAILED", f"SUB failed consumers for {command.topic}:{command.channel} exceeds limit of {limit}")
         channel.add_client(client)
-        client.channel = channel
-        self._set_state(State.SUBSCRIBED)
+        client.subscribe(channel)
+        self.parser.state = State.SUBSCRIBED
         client.send_response(OK)
 
     def rdy(self, command: Rdy) -> None:
@@ -243,7 +239,7 @@ class ProtocolV2:
 
     def cls(self, command: Cls) -> None:
         self.client.start_close()
-        self._set_state(State.CLOSING)
+        self.parser.state = State.CLOSING
         self.client.send_response(CLOSE_WAIT)
 
     def nop(self, command: Nop) -> None:

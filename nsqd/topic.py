@@ -129,6 +129,10 @@ class Topic:
                 self.held_log.passed_on([message for _, message in deferred])
             self.held_log.handed_on()
 
+    def set_held_log(self, held_log) -> None:
+        """Beyond NSQ: record held deferred messages in ``held_log`` (nsqd/deferred_store.py)."""
+        self.held_log = held_log
+
     def held_deferred_items(self) -> list[tuple[float, bytes]]:
         """(delay, message) of the deferred messages held for the first channel."""
         return list(self._held_deferred)
