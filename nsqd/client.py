@@ -124,6 +124,10 @@ class Client:
         """nsqd's HasAuthorizations: an AUTH answer that grants something."""
         return self.auth_state is not None and bool(self.auth_state.authorizations)
 
+    def published(self, topic: str, count: int) -> None:
+        """``count`` messages from this client went into ``topic`` (/stats' pub_counts)."""
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + count
+
     # -- output ------------------------------------------------------------------
 
     def send_response(self, data: bytes) -> None:

@@ -17,6 +17,15 @@ waiting consumer) are not fsynced and their publishers do not wait, as in NSQ.
 import trio
 
 
+class PublishFailed(Exception):
+    """nsqd could not take a publish: it is stopping (``reason`` "exiting"), or a disk queue
+    refused the messages (``reason``: the error's text)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
 class SyncRound:
     """One fsync of every disk queue written since the previous round began."""
 

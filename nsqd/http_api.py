@@ -11,6 +11,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Coroutine
 
 from common import VERSION, lg
 from common.errors import ClientError
@@ -24,6 +25,7 @@ from serving.v1 import BOOL_PARAMS, JSON_TYPE, TEXT_TYPE, V1_HEADER, HTTPError, 
 
 from . import metrics, stats
 from .dead_letter import parse_limit as parse_max_attempts
+from .group_commit import PublishFailed
 from .http_auth import CHALLENGE, HTTPAuth
 from .message_ttl import parse_ttl
 from .options import FLAGS, LOG_LEVELS, validate_lookupd_address
@@ -111,31 +113,26 @@ class HTTPAPI:
 
     # -- publishing ------------------------------------------------------------------
 
-    async def _topic_for_publish(self, query: dict[str, list[str]]):
-        """The topic, created if new; the answer waits for a new topic's start, as nsqd's."""
+    async def _topic_for_publish(self, query: dict[str, list[str]]) -> str:
+        """The topic's name; the topic is created if new, and the answer waits for a new
+        topic's start, as nsqd's (before the rest of the request is checked, as nsqd does)."""
         if "topic" not in query:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
         name = query["topic"][0]
         if not is_valid_name(name):
             raise HTTPError(400, "INVALID_TOPIC")
-        return await self.nsqd.get_started_topic(name)
+        await self.nsqd.get_started_topic(name)
+        return name
 
-    async def _publish(self, topic, bodies: list[bytes], defer: float = 0.0) -> Response:
-        """Store the messages; with --sync-every=1 answer once their disk writes are fsynced."""
-        if self.nsqd.exiting:
-            raise HTTPError(503, "EXITING")
-
-        def store() -> None:
-            if defer:
-                topic.publish_deferred(bodies[0], time.time_ns(), defer)
-            elif bodies:
-                topic.publish(bodies, time.time_ns())
-
+    async def _publish(self, topic: str, bodies: list[bytes], defer: float = 0.0) -> Response:
+        """nsqd's publish (NSQD.publish); with --sync-every=1 answered once the disk writes are fsynced."""
         try:
-            sync_round = self.nsqd.group_commit.store(store)
-            if sync_round is not None:
-                await sync_round.wait()
-        except OSError:
+            waiting = self.nsqd.publish(topic, bodies, defer)
+            if isinstance(waiting, Coroutine):
+                waiting = await waiting
+            if waiting is not None:
+                await waiting.wait()
+        except (PublishFailed, OSError):
             raise HTTPError(503, "EXITING") from None  # nsqd's answer to any failed put, disk errors included
         return v1_ok("OK")
 

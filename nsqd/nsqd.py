@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Coroutine
 
 import trio
 
@@ -27,7 +28,7 @@ from .dead_letter import DeadLetters
 from .deferred_store import DeferredStore
 from .dirlock import DirLock
 from .auth import AuthServers
-from .group_commit import GroupCommit
+from .group_commit import GroupCommit, PublishFailed, SyncRound
 from .guid import GuidFactory
 from .http_api import HTTPAPI, tls_required_handler
 from .lookup import Lookup
@@ -272,6 +273,38 @@ class NSQD:
         if not from_metadata and not topic.ephemeral:
             self.persist_metadata()
         return topic
+
+    # -- publishing -------------------------------------------------------------------
+
+    def publish(self, topic_name: str, bodies: list[bytes], delay: float = 0.0):
+        """PUB, MPUB, DPUB (its one body deferred by ``delay``), POST /pub and /mpub: the
+        messages go into the topic, created if new.
+
+        Returns what the publisher waits for before it answers: None (nothing), the
+        SyncRound whose fsync covers their disk writes (--sync-every=1, nsqd/group_commit.py),
+        or, when this publish creates the topic, a coroutine that publishes once the topic has
+        started (``get_started_topic``) and returns one of those. Raises PublishFailed when
+        nsqd is stopping or a disk queue refused the messages."""
+        topic = self.topics.get(topic_name)
+        if topic is None:
+            return self._publish_once_started(topic_name, bodies, delay)
+        if self.exiting:
+            raise PublishFailed("exiting")
+        if delay > 0:
+            store = lambda: topic.publish_deferred(bodies[0], time.time_ns(), delay)  # noqa: E731
+        elif bodies:
+            store = lambda: topic.publish(bodies, time.time_ns())  # noqa: E731
+        else:
+            return None
+        try:
+            return self.group_commit.store(store)
+        except OSError as exc:
+            raise PublishFailed(exc.strerror or str(exc)) from exc
+
+    async def _publish_once_started(self, topic_name: str, bodies: list[bytes], delay: float) -> SyncRound | None:
+        await self.get_started_topic(topic_name)
+        waiting = self.publish(topic_name, bodies, delay)  # the topic may have gone meanwhile: created again
+        return await waiting if isinstance(waiting, Coroutine) else waiting
 
     def delete_topic(self, name: str) -> bool:
         topic = self.topics.pop(name, None)

@@ -10,16 +10,17 @@ With AUTH enabled the check comes after the parser has read the whole command, b
 included, except MPUB's: as in nsqd, its topic is checked (and got, so created) as soon
 as its line is read (the parser's MpubTopic), before the body.
 
-With --sync-every=1 a publish that wrote to a disk queue is answered only once an fsync
-covers the write (nsqd/group_commit.py). Its OK is held, and so is every later answer of
-the connection, to keep them in the commands' order; publishes still execute meanwhile,
-so the commands of one received batch share the fsync. The reader calls
-``answer_publishes`` when the batch is done and before it sends an error.
+PUB, MPUB and DPUB are nsqd's one publish operation (NSQD.publish, which the HTTP API's
+/pub and /mpub use too); what is theirs here is the answer. With --sync-every=1 a publish
+that wrote to a disk queue is answered only once an fsync covers the write
+(nsqd/group_commit.py). Its OK is held, and so is every later answer of the connection, to
+keep them in the commands' order; publishes still execute meanwhile, so the commands of
+one received batch share the fsync. The connection calls ``answer_publishes`` when the
+batch is done and before it sends an error.
 """
 
 import json
 import logging
-import time
 from collections import deque
 
 from common import VERSION
@@ -31,6 +32,7 @@ from common.goquote import go_quote
 from common.protocol_v2 import CommandParser, FinRun, Limits, MpubTopic, State
 
 from .auth import AuthError, AuthQuery
+from .group_commit import PublishFailed, SyncRound
 from .options import TLS_NOT_REQUIRED
 
 log = logging.getLogger("nsqd")
@@ -245,17 +247,28 @@ class ProtocolV2:
     def nop(self, command: Nop) -> None:
         pass
 
-    def _published(self, command_name: str, topic: str, count: int, publish) -> None:
-        """Run ``publish``; answer OK (held until its disk writes are fsynced, if they must
-        be), or E_<CMD>_FAILED if nsqd is stopping or the disk failed."""
-        if self.nsqd.exiting:
-            raise ClientError(f"E_{command_name}_FAILED", f"{command_name} failed exiting")
+    def _publish(self, command_name: str, topic: str, bodies: list[bytes], delay: float = 0.0):
+        """nsqd's publish (NSQD.publish); the OK now, or held until its disk writes are
+        fsynced if they must be, or once the topic this creates has started. E_<CMD>_FAILED
+        if nsqd is stopping or the disk failed."""
         try:
-            sync_round = self.nsqd.group_commit.store(publish)
-        except OSError as exc:
-            raise ClientError(f"E_{command_name}_FAILED", f"{command_name} failed {exc.strerror or exc}") from exc
-        counts = self.client.pub_counts
-        counts[topic] = counts.get(topic, 0) + count
+            waiting = self.nsqd.publish(topic, bodies, delay)
+        except PublishFailed as failed:
+            raise _publish_failed(command_name, failed) from None
+        if waiting is not None and not isinstance(waiting, SyncRound):
+            return self._published_once_started(command_name, topic, len(bodies), waiting)
+        self._published(command_name, topic, len(bodies), waiting)
+        return None
+
+    async def _published_once_started(self, command_name: str, topic: str, count: int, waiting) -> None:
+        try:
+            sync_round = await waiting
+        except PublishFailed as failed:
+            raise _publish_failed(command_name, failed) from None
+        self._published(command_name, topic, count, sync_round)
+
+    def _published(self, command_name: str, topic: str, count: int, sync_round: SyncRound | None) -> None:
+        self.client.published(topic, count)
         if sync_round is None and not self._unanswered:
             self.client.send_response(OK)
         else:
@@ -270,10 +283,7 @@ class ProtocolV2:
             await pending
 
     def pub(self, command: Pub):
-        topic = self.nsqd.topics.get(command.topic)
-        if topic is None:
-            return self._after_topic_start(self.pub, command)
-        self._published("PUB", command.topic, 1, lambda: topic.publish([command.body], time.time_ns()))
+        return self._publish("PUB", command.topic, [command.body])
 
     def mpub_topic(self, command: MpubTopic):
         """MPUB's topic, got (so created, and started) before its body is read, as NSQ's MPUB
@@ -283,15 +293,11 @@ class ProtocolV2:
         return None
 
     def mpub(self, command: Mpub):
-        topic = self.nsqd.topics.get(command.topic)
-        if topic is None:
-            return self._after_topic_start(self.mpub, command)
-        self._published("MPUB", command.topic, len(command.bodies),
-                        lambda: topic.publish(command.bodies, time.time_ns()))
+        return self._publish("MPUB", command.topic, command.bodies)
 
     def dpub(self, command: Dpub):
-        topic = self.nsqd.topics.get(command.topic)
-        if topic is None:
-            return self._after_topic_start(self.dpub, command)
-        self._published("DPUB", command.topic, 1,
-                        lambda: topic.publish_deferred(command.body, time.time_ns(), command.defer_ms / 1000))
+        return self._publish("DPUB", command.topic, [command.body], command.defer_ms / 1000)
+
+
+def _publish_failed(command_name: str, failed: PublishFailed) -> ClientError:
+    return ClientError(f"E_{command_name}_FAILED", f"{command_name} failed {failed.reason}")
