@@ -1,10 +1,13 @@
-"""One V2 client connection's state (nsqd/client_v2.go), without the socket.
+"""One V2 client's state (nsqd/client_v2.go), without the socket: its connection's part
+that commands and deliveries change.
 
-Everything here is synchronous: commands change state and append frames to ``out``;
-the connection's writer task (nsqd/tcp.py) sends ``out`` when the flush policy says so:
-at once for responses and errors, and for messages when the client cannot take more,
-when ``out`` reaches output_buffer_size, or output_buffer_timeout after the first
-buffered byte. In-flight messages are kept in delivery order, which is deadline order
+Everything here is synchronous: commands change state and append frames to ``out``, and
+tell the connection (nsqd/connection.py) through the two callables it gives: ``output_ready``
+when ``out`` may need sending, ``earlier_deadline`` when a message in flight is due before
+the connection's timeout task was going to wake. The connection sends ``out`` when the
+flush policy says so: at once for responses and errors, and for messages when the client
+cannot take more, when ``out`` reaches output_buffer_size, or output_buffer_timeout after
+the first buffered byte. Times are trio's clock (the connection's backend's ``now``). In-flight messages are kept in delivery order, which is deadline order
 because one client has one msg_timeout; a TOUCH moves its message to the end. The rare
 TOUCH whose deadline is capped by --max-msg-timeout is tracked apart in ``_capped``.
 """
@@ -30,7 +33,7 @@ _ATTEMPTS_LOW = FRAME_HEAD.size + 9  # where the frame's low byte of attempts is
 
 
 class Client:
-    def __init__(self, client_id: int, opts, remote_address: str):
+    def __init__(self, client_id: int, opts, remote_address: str, output_ready, earlier_deadline):
         self.id = client_id
         self.opts = opts
         self.remote_address = remote_address
@@ -62,10 +65,9 @@ class Client:
         self.out = bytearray()
         self.flush_now = False
         self.first_buffered_at = 0.0
-        self.output_changed = trio.Event()
-        self.output_ready = self._wake_writer  # the connection's: called when output may need sending
-        self.timeouts_changed = trio.Event()
-        self.timeouts_checked_at = float("inf")  # when the timeout task wakes next (it may find nothing due)
+        self.output_ready = output_ready
+        self._earlier_deadline = earlier_deadline
+        self._watched_deadline = float("inf")  # when the timeout task wakes next (it may find nothing due)
 
     def __repr__(self) -> str:
         return f"<Client {self.id} {self.remote_address}>"
@@ -145,13 +147,28 @@ class Client:
         self.flush_now = True
         self.output_ready()
 
-    def _wake_writer(self) -> None:
-        self.output_changed.set()
-
     def take_output(self) -> bytearray:
         data, self.out = self.out, bytearray()
         self.flush_now = False
         return data
+
+    def keep_unsent(self, data: bytearray, sent: int) -> None:
+        """Taken output of which only ``sent`` bytes went: the rest goes first, and at once."""
+        del data[:sent]
+        data += self.out
+        self.out = data
+        self.flush_now = True
+
+    def discard_output(self) -> None:
+        """The connection has ended: nothing more will be sent."""
+        self.out = bytearray()
+
+    def set_tls(self, tls) -> None:
+        """The connection is TLS now (nsqd.tls.TLSState)."""
+        self.tls = tls
+
+    def set_compression(self, name: str) -> None:
+        self.compression = name
 
     # -- delivery ----------------------------------------------------------------
 
@@ -171,8 +188,8 @@ class Client:
             return start
         now = trio.current_time()
         deadline = now + self.msg_timeout
-        if deadline < self.timeouts_checked_at:
-            self.timeouts_changed.set()
+        if deadline < self._watched_deadline:
+            self._earlier_deadline()
         was_empty = not out
         sample_rate, screen = self.sample_rate, self.channel.screen
         check = screen.begin() if screen is not None else None  # beyond NSQ: nsqd/screen.py
@@ -268,7 +285,7 @@ class Client:
         if deadline >= cap:
             deadline = cap
             self._capped[msg_id] = msg
-            self.timeouts_changed.set()
+            self._earlier_deadline()
         msg.extend(deadline)
         self.in_flight[msg_id] = msg
 
@@ -288,6 +305,11 @@ class Client:
         for msg in self._capped.values():
             deadline = min(deadline, msg.deadline)
         return deadline
+
+    def watch_next_deadline(self) -> float:
+        """The connection's timeout task sleeps until this deadline, unless told of an earlier one."""
+        self._watched_deadline = self.next_deadline()
+        return self._watched_deadline
 
     def expire(self, now: float) -> int:
         """Requeue every in-flight message whose deadline has passed; how many."""

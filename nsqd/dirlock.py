@@ -1,7 +1,14 @@
-"""An exclusive lock on the data directory (NSQ's internal/dirlock: flock on the directory)."""
+"""An exclusive lock on the data directory (NSQ's internal/dirlock: flock on the directory).
 
-import fcntl
+Where there is no fcntl (Windows) the lock does nothing, as NSQ's dirlock_windows.go does.
+"""
+
 import os
+
+try:
+    import fcntl
+except ImportError:
+    fcntl = None
 
 
 class DirLockError(Exception):
@@ -14,7 +21,9 @@ class DirLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        if fcntl is None:
+            return
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

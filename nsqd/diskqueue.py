@@ -67,7 +67,11 @@ class SyncJob:
 
 
 def fsync_directory(path: str) -> None:
-    """Make the directory's entries durable (a new file is not, by its own fsync alone)."""
+    """Make the directory's entries durable (a new file is not, by its own fsync alone).
+    Where os.O_DIRECTORY does not exist (Windows) a directory cannot be opened to fsync
+    it, and nothing is done, as go-diskqueue does nothing anywhere."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

@@ -20,7 +20,7 @@ from common import VERSION
 from common.message import MIN_MESSAGE_LENGTH
 from common.protocol_v1 import Register, Unregister
 from serving.http import HTTPServer
-from serving.listeners import bound_port, format_address, open_listeners, remote_address, tls_listeners
+from serving.listeners import bound_port, format_address, open_listeners, tls_listeners
 
 from . import metadata, statsd
 from .diskqueue import DiskQueue, SyncJob
@@ -36,10 +36,9 @@ from .message_ttl import MessageTTL
 from .options import TLS_REQUIRED
 from .heartbeats import Heartbeats
 from .output_batch import OutputBatch
-from .poller import Poller
 from .screen import screen_for
 from .stats import GCPauses
-from .tcp import Connection
+from .tcp import TCPServer
 from .tls import client_context, server_context
 from .topic import Topic
 
@@ -55,10 +54,9 @@ class NSQD:
         self.data_path = opts.data_path or os.getcwd()
         self.guid = GuidFactory(opts.node_id)
         self.topics: dict[str, Topic] = {}
-        self.connections: set[Connection] = set()
         self.output_batch = OutputBatch()
         self.heartbeats = Heartbeats(self.output_batch)
-        self.poller = Poller(self.output_batch)
+        self.tcp = TCPServer(self, opts.io_backend)
         self.start_time = int(time.time())
         self.hostname = socket.gethostname()
         self.tcp_port = 0
@@ -106,7 +104,7 @@ class NSQD:
                 nursery.start_soon(self._queue_meta_loop)
                 nursery.start_soon(self._metadata_loop)
                 nursery.start_soon(self.heartbeats.run)
-                nursery.start_soon(self.poller.run)
+                nursery.start_soon(self.tcp.run_poller)
                 nursery.start_soon(self.message_ttl.run)
                 if self.auth_servers is not None:
                     nursery.start_soon(self.auth_servers.run)
@@ -120,7 +118,7 @@ class NSQD:
                 nursery.cancel_scope.cancel()
             self._close_queues()
         finally:
-            self.poller.close()
+            self.tcp.close()
             self._lock.release()
         log.info("NSQ: bye")
 
@@ -131,7 +129,8 @@ class NSQD:
         listeners = await open_listeners(self.opts.tcp_address, "--tcp-address")
         self.tcp_port = bound_port(listeners)
         log.info("TCP: listening on %s", format_address(listeners[0].socket.getsockname()))
-        await nursery.start(trio.serve_listeners, self._serve_connection, listeners)
+        log.info("TCP: I/O backend %s", self.tcp.describe())
+        await nursery.start(trio.serve_listeners, self.serve_connection, listeners)
         if self.opts.http_address:
             http_listeners = await open_listeners(self.opts.http_address, "--http-address")
             self.http_port = bound_port(http_listeners)
@@ -174,17 +173,14 @@ class NSQD:
             topic.close()
             self.deferred_store.closed_topic(topic)
 
-    async def _serve_connection(self, stream) -> None:
-        remote = remote_address(stream)
-        conn = Connection(self, stream, next(self._client_ids), remote)
-        self.connections.add(conn)
-        log.info("TCP: new client(%s)", remote)
-        try:
-            await conn.run()
-        except Exception:
-            log.exception("client %s: unexpected error, connection closed", remote)
-        finally:
-            self.connections.discard(conn)
+    async def serve_connection(self, stream: trio.abc.Stream) -> None:
+        """A TCP client's connection, from its accept (or a test's in-memory stream) to its end."""
+        await self.tcp.serve(stream, next(self._client_ids))
+
+    @property
+    def connections(self):
+        """The TCP clients connected now."""
+        return self.tcp.connections
 
     # -- metadata ----------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from serving.daemon import load, options_with
 from serving.listeners import parse_address
 
 from .dead_letter import MAX_LIMIT, check_pattern
+from .io_backend import CHOICES as IO_BACKENDS
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
 
@@ -56,6 +57,7 @@ FLAGS = [
     Flag("msg-ttl", "duration", 0.0, "drop messages older than this before delivery, for every topic without a TTL of its own (POST /topic/ttl); 0 = never"),
     Flag("max-attempts", "int", 0, "move a message delivered this many times on a durable channel to its topic's dead-letter topic instead of delivering it again, for every channel without a limit of its own (POST /channel/max_attempts); 0 = never"),
     Flag("dead-letter-topic", "str", "%s.dead", "name of a topic's dead-letter topic, %s for the topic's name"),
+    Flag("io-backend", "str", "auto", "how TCP connections are read and written: auto (the epoll fast path where select.epoll exists, else portable) or portable (trio streams)"),
     Flag("persist-deferred", "bool", False, "keep deferred messages with their due time in files beside the disk queues, so they keep their delay across restarts (with --mem-queue-size=0 also while running, with messages in flight)"),
     # TLS, compression and AUTH (checked and converted in _validate_security)
     Flag("https-address", "str", "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients"),
@@ -107,6 +109,8 @@ def _validate(opts: SimpleNamespace) -> None:
     if not 0 <= opts.max_attempts <= MAX_LIMIT:
         raise FlagError(f"--max-attempts must be in [0, {MAX_LIMIT}], got {opts.max_attempts}")
     check_pattern(opts.dead_letter_topic)
+    if opts.io_backend not in IO_BACKENDS:
+        raise FlagError(f"--io-backend must be one of {', '.join(IO_BACKENDS)}, got {opts.io_backend!r}")
     if opts.max_channel_consumers < 0:
         raise FlagError(f"--max-channel-consumers must be 0 (unlimited) or more, got {opts.max_channel_consumers}")
     for name in ("msg_timeout", "max_msg_timeout", "max_req_timeout", "max_heartbeat_interval",

@@ -3,11 +3,12 @@
 Theory of operation: a receive may hold hundreds of commands (FINs, PUBs) and each one
 may give some client output (an OK, messages freed by a FIN, messages a PUB delivers to
 consumers on other connections). Waking each client's writer task for every piece costs
-more than the piece. So while a connection's reader executes a batch (``open``), a client
-whose output is ready to go is only noted; when the batch ends, each noted connection
+more than the piece. So while a batch is open (a round of the fast path's poller, one read of
+a portable connection, a round of heartbeats), a connection whose output is ready to go is
+only noted (nsqd/connection.py: once per batch); when the batch ends, each noted connection
 sends what its flush policy (nsqd/client.py) says must go now, from the same task, once.
 Output made outside a batch (timeouts, HTTP publishes, deferred messages) wakes the writer
-at once, as before. The batch never spans an await: the reader ends it first.
+at once. The batch never spans an await: whoever opened it ends it first.
 """
 
 
@@ -20,14 +21,11 @@ class OutputBatch:
         self.open = True
 
     def note(self, connection) -> None:
-        """``connection`` has output for when the batch ends."""
-        if not connection.noted:
-            connection.noted = True
-            self._noted.append(connection)
+        """``connection`` has output for when the batch ends (it notes itself once a batch)."""
+        self._noted.append(connection)
 
     def end(self) -> None:
         self.open = False
         noted, self._noted = self._noted, []
         for connection in noted:
-            connection.noted = False
             connection.send_noted_output()

@@ -22,7 +22,12 @@ from common.goflags import format_duration
 
 from .quantile import merged_result
 
-_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 class GCPauses:
@@ -51,8 +56,17 @@ class GCPauses:
 
 
 def _rss_bytes() -> int:
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * _PAGE_SIZE
+    """The resident set size (Linux's /proc); elsewhere the largest it has been, from
+    getrusage (in bytes on macOS, KiB on the BSDs), or 0 where neither exists (Windows)."""
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * _PAGE_SIZE
+    except OSError:
+        pass
+    if resource is None:
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def memory_stats(pauses: GCPauses) -> dict:

@@ -1,20 +1,51 @@
+import os
 from pathlib import Path
 
 import pytest
 
+from nsqd.io_backend import CHOICES as IO_BACKENDS
 from nsqd.nsqd import NSQD
 from nsqd.options import default_options
 
 from .helpers import NsqdProcess
 
+# The modules whose tests exercise client connections (protocol, delivery, heartbeats,
+# timeouts, durability): each of their tests runs once with each nsqd I/O backend
+# (nsqd/io_backend.py: "auto" is the epoll fast path on Linux, "portable" trio's streams).
+# Every other test runs on "auto". NSQD_IO_BACKEND=portable (or auto) runs every test on
+# that one backend.
+BOTH_IO_BACKENDS = {
+    "test_nsqd_auth", "test_nsqd_compression", "test_nsqd_dead_letter", "test_nsqd_deferred_store",
+    "test_nsqd_delivery", "test_nsqd_diskfull", "test_nsqd_durability", "test_nsqd_e2e_latency",
+    "test_nsqd_errors", "test_nsqd_faults", "test_nsqd_identify", "test_nsqd_poller", "test_nsqd_publish",
+    "test_nsqd_robustness", "test_nsqd_sampling", "test_nsqd_tls", "test_nsqd_topic_backlog",
+    "test_pynsq_interop",
+}
+ONE_IO_BACKEND = os.environ.get("NSQD_IO_BACKEND", "")
+
+
+def pytest_generate_tests(metafunc):
+    if ONE_IO_BACKEND or metafunc.module.__name__.rpartition(".")[2] not in BOTH_IO_BACKENDS:
+        return
+    metafunc.parametrize("io_backend", IO_BACKENDS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def io_backend(request, monkeypatch) -> str:
+    """The I/O backend of this test's nsqd, in-process (``start_nsqd``) or not (NsqdProcess)."""
+    backend = getattr(request, "param", ONE_IO_BACKEND or IO_BACKENDS[0])
+    monkeypatch.setattr(NsqdProcess, "io_backend", backend)
+    return backend
+
 
 @pytest.fixture
-async def start_nsqd(nursery, tmp_path_factory):
+async def start_nsqd(nursery, tmp_path_factory, io_backend):
     """Start an in-process nsqd on ephemeral loopback ports, in a fresh data directory."""
 
     async def start(**overrides) -> NSQD:
         overrides.setdefault("data_path", str(tmp_path_factory.mktemp("nsqd")))
         overrides.setdefault("http_address", "127.0.0.1:0")
+        overrides.setdefault("io_backend", io_backend)
         nsqd = NSQD(default_options(tcp_address="127.0.0.1:0", **overrides))
         await nursery.start(nsqd.run)
         return nsqd

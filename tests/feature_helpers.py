@@ -16,7 +16,7 @@ import trustme
 from common.commands import Identify
 from common.compression import DeflateCodec, SnappyCodec
 from common.frames import FRAME_TYPE_RESPONSE, FrameReader
-from nsqd.tcp import CompressedStream
+from nsqd.stream_backend import CompressedStream
 
 from .helpers import RawClient
 

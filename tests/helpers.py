@@ -2,6 +2,7 @@
 
 import functools
 import json
+import math
 import re
 import signal
 import subprocess
@@ -40,15 +41,19 @@ class RawClient:
         """The next frame that is not a heartbeat."""
         with trio.fail_after(timeout):
             while True:
-                frame = self.reader.next_frame()
-                if frame is not None:
-                    if frame.frame_type == FRAME_TYPE_RESPONSE and frame.data == b"_heartbeat_":
-                        continue
+                frame = await self.read_any_frame(math.inf)
+                if frame.frame_type != FRAME_TYPE_RESPONSE or frame.data != b"_heartbeat_":
                     return frame
+
+    async def read_any_frame(self, timeout: float = 5.0) -> Frame:
+        """The next frame, heartbeats included; EOFError once nsqd has closed the connection."""
+        with trio.fail_after(timeout):
+            while (frame := self.reader.next_frame()) is None:
                 data = await self.stream.receive_some(65536)
                 if not data:
                     raise EOFError("connection closed by nsqd")
                 self.reader.receive_data(data)
+        return frame
 
     async def read_response(self) -> bytes:
         frame = await self.read_frame()
@@ -100,10 +105,11 @@ class DaemonProcess:
     """A real daemon, ``python -m <module>`` or the program ``command`` names (NSQ's Go daemons log
     their listeners the same way); its log is kept, its listening ports read from it."""
 
-    def __init__(self, module: str, args: list[str], listeners: tuple[str, ...], command: list[str] | None = None):
+    def __init__(self, module: str, args: list[str], listeners: tuple[str, ...], command: list[str] | None = None,
+                 env: dict[str, str] | None = None):
         self.args = args
         self.proc = subprocess.Popen([*(command or [sys.executable, "-m", module]), *args], cwd=ROOT,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True, env=env)
         self.log_lines: list[str] = []
         self.ports = self._wait_for_ports(module, listeners)
         self._log_reader = threading.Thread(target=self._keep_log, daemon=True)
@@ -145,10 +151,12 @@ class NsqdProcess(DaemonProcess):
     """A real nsqd process on an ephemeral loopback port (this project's; tests/go_nsq.py has NSQ's)."""
 
     command: list[str] | None = None
+    io_backend = ""  # --io-backend for this project's nsqd (tests/conftest.py sets it per test)
 
-    def __init__(self, *args: str):
-        super().__init__("nsqd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *args], ("TCP",),
-                         self.command)
+    def __init__(self, *args: str, env: dict[str, str] | None = None):
+        backend = [f"--io-backend={self.io_backend}"] if self.io_backend and self.command is None else []
+        super().__init__("nsqd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *backend, *args],
+                         ("TCP",), self.command, env)
         self.tcp_port = self.ports["TCP"]
         self.tcp_address = f"127.0.0.1:{self.tcp_port}"
 

@@ -13,7 +13,7 @@ from common.commands import Identify, Mpub, Pub
 from common.compression import (
     MAX_DECODED_PIECE, STREAM_IDENTIFIER, CompressionError, DeflateCodec, SnappyCodec,
 )
-from nsqd.tcp import CompressedStream
+from nsqd.stream_backend import CompressedStream
 
 from .feature_helpers import certs, connect, read_frame_exactly  # noqa: F401 (certs is a fixture)
 from .helpers import RawClient

@@ -141,125 +141,17 @@ async def test_sample_rate_delivers_a_sample_and_drops_the_rest(nsqd):
 # -- FIN / REQ / TOUCH -----------------------------------------------------------
 
 
-async def test_fin_removes_the_message_for_good(start_nsqd):
-    nsqd = await start_nsqd(msg_timeout=1.0)
-    await publish(nsqd.tcp_port, "t", b"once")
-    client = await consumer(nsqd.tcp_port, rdy=1)
-    await fin(client, await client.read_message())
-    await client.assert_no_frame(1.3)
-
-
-async def test_req_zero_redelivers_at_once_with_attempts_plus_one(nsqd):
-    await publish(nsqd.tcp_port, "t", b"again")
-    client = await consumer(nsqd.tcp_port, rdy=1)
-    first = await client.read_message()
-    for attempts in (2, 3, 4):
-        start = trio.current_time()
-        await client.send(b"REQ " + first.id + b" 0\n")
-        msg = await client.read_message()
-        assert trio.current_time() - start <= 0.2
-        assert (msg.id, msg.body, msg.timestamp, msg.attempts) == (first.id, b"again", first.timestamp, attempts)
-
-
-async def test_req_with_delay_redelivers_after_it(nsqd):
-    await publish(nsqd.tcp_port, "t", b"later")
-    client = await consumer(nsqd.tcp_port, rdy=1)
-    first = await client.read_message()
-    start = trio.current_time()
-    await client.send(b"REQ " + first.id + b" 400\n")
-    msg = await client.read_message()
-    assert 0.4 <= trio.current_time() - start <= 0.6
-    assert (msg.id, msg.attempts) == (first.id, 2)
-
-
-async def test_deferred_message_frees_rdy_for_others(nsqd):
-    await publish(nsqd.tcp_port, "t", b"a", b"b")
-    client = await consumer(nsqd.tcp_port, rdy=1)
-    first = await client.read_message()
-    await client.send(b"REQ " + first.id + b" 500\n")
-    second = await client.read_message(timeout=0.3)
-    assert second.body != first.body
-
-
-async def test_req_delay_is_clamped_to_max_req_timeout(start_nsqd):
-    nsqd = await start_nsqd(max_req_timeout=0.3)
-    await publish(nsqd.tcp_port, "t", b"clamped")
-    client = await consumer(nsqd.tcp_port, rdy=1)
-    first = await client.read_message()
-    start = trio.current_time()
-    await client.send(b"REQ " + first.id + b" 3600000\n")
-    msg = await client.read_message()
-    assert 0.3 <= trio.current_time() - start <= 0.5
-    assert msg.attempts == 2
-
-
-async def test_msg_timeout_from_identify_redelivers(nsqd):
-    await publish(nsqd.tcp_port, "t", b"slow")
-    client = await consumer(nsqd.tcp_port, rdy=1, msg_timeout=1000)
-    first = await client.read_message()
-    start = trio.current_time()
-    msg = await client.read_message()
-    assert 1.0 <= trio.current_time() - start <= 1.2
-    assert (msg.id, msg.body, msg.attempts) == (first.id, b"slow", 2)
-
-
 async def test_msg_timeout_option_redelivers(start_nsqd):
+    """Over a real socket; the timing rules are checked at their exact times in
+    tests/test_nsqd_timing_mockclock.py."""
     nsqd = await start_nsqd(msg_timeout=1.0)
     await publish(nsqd.tcp_port, "t", b"slow")
     client = await consumer(nsqd.tcp_port, rdy=1)
     first = await client.read_message()
     start = trio.current_time()
     msg = await client.read_message()
-    assert 1.0 <= trio.current_time() - start <= 1.2
+    assert trio.current_time() - start >= 1.0  # never early (late only on a busy machine)
     assert (msg.id, msg.attempts) == (first.id, 2)
-
-
-async def test_timed_out_message_goes_to_another_consumer(start_nsqd):
-    nsqd = await start_nsqd(msg_timeout=1.0)
-    await publish(nsqd.tcp_port, "t", b"slow")
-    stuck = await consumer(nsqd.tcp_port, rdy=1)
-    first = await stuck.read_message()
-    await stuck.send(b"RDY 0\n")
-    other = await consumer(nsqd.tcp_port, rdy=1)
-    msg = await other.read_message()
-    assert (msg.id, msg.attempts) == (first.id, 2)
-    await stuck.send(b"FIN " + first.id + b"\n")
-    assert await stuck.read_error() == b"E_FIN_FAILED FIN " + first.id + b" failed client does not own message"
-
-
-async def test_touch_extends_the_deadline(nsqd):
-    await publish(nsqd.tcp_port, "t", b"touched")
-    client = await consumer(nsqd.tcp_port, rdy=1, msg_timeout=1000)
-    first = await client.read_message()
-    start = trio.current_time()
-    await trio.sleep(0.6)
-    await client.send(b"TOUCH " + first.id + b"\n")
-    await client.assert_no_frame(0.8)  # the first deadline (1.0 s) passes
-    msg = await client.read_message()
-    assert 1.6 <= trio.current_time() - start <= 1.8
-    assert (msg.id, msg.attempts) == (first.id, 2)
-
-
-async def test_touch_is_capped_by_max_msg_timeout(start_nsqd):
-    nsqd = await start_nsqd(msg_timeout=1.0, max_msg_timeout=1.4)
-    await publish(nsqd.tcp_port, "t", b"capped")
-    client = await consumer(nsqd.tcp_port, rdy=1)
-    first = await client.read_message()
-    start = trio.current_time()
-    await trio.sleep(0.7)
-    await client.send(b"TOUCH " + first.id + b"\n")
-    msg = await client.read_message()
-    assert 1.4 <= trio.current_time() - start <= 1.6
-    assert msg.id == first.id
-
-
-async def test_fin_after_redelivery_is_accepted(nsqd):
-    await publish(nsqd.tcp_port, "t", b"x")
-    client = await consumer(nsqd.tcp_port, rdy=1, msg_timeout=1000)
-    await client.read_message()
-    msg = await client.read_message()  # timed out and redelivered
-    await fin(client, msg)
-    await client.assert_no_frame(1.2)
 
 
 async def test_unknown_id_gives_non_fatal_errors(nsqd):
@@ -343,20 +235,6 @@ async def test_server_keeps_the_connection_after_cls(nsqd):
 
 
 # -- disconnects and fan-out ------------------------------------------------------
-
-
-async def test_disconnect_with_messages_in_flight_hands_them_over_at_once(nsqd):
-    await publish(nsqd.tcp_port, "t", b"a", b"b", b"c")
-    leaving = await consumer(nsqd.tcp_port, rdy=3)
-    held = await read_messages(leaving, 3)
-    staying = await consumer(nsqd.tcp_port, rdy=3)
-    await staying.assert_no_frame(0.2)
-    start = trio.current_time()
-    await leaving.close()
-    got = await read_messages(staying, 3)
-    assert trio.current_time() - start <= 0.5  # msg_timeout is 60 s
-    assert {msg.id for msg in got} == {msg.id for msg in held}
-    assert {msg.attempts for msg in got} == {2}
 
 
 async def test_two_channels_each_get_every_message(nsqd):

@@ -77,6 +77,7 @@ BEYOND_NSQ_DEFAULTS = {
     "max_attempts": 0,
     "dead_letter_topic": "%s.dead",
     "persist_deferred": False,
+    "io_backend": "auto",  # not a feature: the epoll fast path where it exists, else portable
 }
 
 
@@ -204,6 +205,7 @@ def test_unreadable_toml(tmp_path, content):
     (["--tcp-address="], "--tcp-address must not be empty"),
     (["--msg-timeout=60"], 'invalid value "60" for flag -msg-timeout: parse error'),
     (["--bogus"], "flag provided but not defined: -bogus"),
+    (["--io-backend=epoll"], "--io-backend must be one of auto, portable, got 'epoll'"),
 ])
 def test_bad_flags(argv, message):
     with pytest.raises(FlagError) as info:

@@ -1,6 +1,7 @@
-"""nsqd's poller (nsqd/poller.py) over real sockets: plain connections read from one edge-triggered
-epoll, handed to their own task for what must be awaited and taken back after, with nothing
-received in between forgotten."""
+"""nsqd's fast path's poller (nsqd/epoll_backend.py) over real sockets: plain connections read from
+one edge-triggered epoll, handed to their own task for what must be awaited and taken back after,
+with nothing received in between forgotten. With the portable backend (each test runs with both)
+the same scenarios go through each connection's own task."""
 
 import socket
 import struct

@@ -21,10 +21,6 @@ def mpub(topic: str, bodies: list[bytes]) -> bytes:
     return f"MPUB {topic}\n".encode() + struct.pack(">i", len(payload)) + payload
 
 
-def dpub(topic: str, defer_ms: int, body: bytes) -> bytes:
-    return f"DPUB {topic} {defer_ms}\n".encode() + struct.pack(">i", len(body)) + body
-
-
 async def publish(port: int, *commands: bytes) -> None:
     """Send commands from a connection of its own and expect one OK each."""
     client = await RawClient.connect(port)
@@ -151,61 +147,3 @@ async def test_mpub_messages_share_a_timestamp_close_to_now(nsqd):
     after = time.time_ns()
     got = [await client.read_message() for _ in range(3)]
     assert all(before <= msg.timestamp <= after for msg in got)
-
-
-async def test_dpub_is_delivered_after_its_delay(nsqd):
-    client = await consumer(nsqd.tcp_port, "t", "c", rdy=1)
-    start = trio.current_time()
-    await publish(nsqd.tcp_port, dpub("t", 500, b"later"))
-    msg = await client.read_message(timeout=2.0)
-    elapsed = trio.current_time() - start
-    assert 0.5 <= elapsed <= 0.7, elapsed
-    assert (msg.body, msg.attempts) == (b"later", 1)
-
-
-async def test_dpub_zero_is_delivered_at_once(nsqd):
-    client = await consumer(nsqd.tcp_port, "t", "c", rdy=1)
-    start = trio.current_time()
-    await publish(nsqd.tcp_port, dpub("t", 0, b"now"))
-    assert (await client.read_message()).body == b"now"
-    assert trio.current_time() - start <= 0.2
-
-
-async def test_dpub_up_to_max_req_timeout_is_accepted(start_nsqd):
-    nsqd = await start_nsqd(max_req_timeout=0.3)
-    client = await consumer(nsqd.tcp_port, "t", "c", rdy=1)
-    start = trio.current_time()
-    await publish(nsqd.tcp_port, dpub("t", 300, b"edge"))
-    assert (await client.read_message()).body == b"edge"
-    assert 0.3 <= trio.current_time() - start <= 0.5
-
-
-async def test_dpub_messages_come_out_in_due_order(nsqd):
-    client = await consumer(nsqd.tcp_port, "t", "c", rdy=10)
-    await publish(nsqd.tcp_port, dpub("t", 600, b"third"), dpub("t", 200, b"first"), dpub("t", 400, b"second"))
-    bodies = []
-    for _ in range(3):
-        msg = await client.read_message(timeout=2.0)
-        bodies.append(msg.body)
-        await client.send(b"FIN " + msg.id + b"\n")
-    assert bodies == [b"first", b"second", b"third"]
-
-
-async def test_dpub_before_any_channel_waits_its_delay_from_when_the_channel_takes_it(nsqd):
-    """nsqd's topic holds it in its queue; messagePump starts the deferral in the channel."""
-    await publish(nsqd.tcp_port, dpub("t", 600, b"held"))
-    await trio.sleep(0.2)
-    subscribed = trio.current_time()
-    client = await consumer(nsqd.tcp_port, "t", "c", rdy=1)
-    await client.assert_no_frame(0.45)
-    assert (await client.read_message(timeout=2.0)).body == b"held"
-    assert 0.6 <= trio.current_time() - subscribed <= 0.85
-
-
-async def test_dpub_reaches_every_channel(nsqd):
-    first = await consumer(nsqd.tcp_port, "t", "a", rdy=1)
-    second = await consumer(nsqd.tcp_port, "t", "b", rdy=1)
-    await publish(nsqd.tcp_port, dpub("t", 200, b"both"))
-    first_msg, second_msg = await first.read_message(), await second.read_message()
-    assert first_msg.body == second_msg.body == b"both"
-    assert first_msg.id == second_msg.id

@@ -26,10 +26,10 @@ async def publish(port: int, count: int) -> None:
     await client.close()
 
 
-async def sampled_consumer(port: int, sample_rate: int) -> RawClient:
+async def sampled_consumer(port: int, sample_rate: int, rdy: int = 2500) -> RawClient:
     client = await RawClient.connect(port)
     assert await client.identify(sample_rate=sample_rate, msg_timeout=1000) == b"OK"
-    await client.sub("t", "c", rdy=2500)
+    await client.sub("t", "c", rdy=rdy)
     return client
 
 
@@ -66,7 +66,8 @@ async def read_until_quiet(client: RawClient) -> list:
 
 
 async def test_sample_rate_50_delivers_about_half_and_drops_the_rest_for_good(nsqd):
-    client = await sampled_consumer(nsqd.tcp_port, 50)
+    # RDY 200: a loaded machine still FINs each message within its 1 s msg_timeout
+    client = await sampled_consumer(nsqd.tcp_port, 50, rdy=200)
     await publish(nsqd.tcp_port, TOTAL)
     delivered = await consume_everything(nsqd, client)
     # NSQ's rule delivers 51 %: mean 5,100, standard deviation 50; the bounds are 12 deviations away
@@ -86,7 +87,7 @@ async def test_sample_rate_50_delivers_about_half_and_drops_the_rest_for_good(ns
 
 async def test_sample_rate_99_delivers_everything(nsqd):
     """rand(0..99) is never > 99: the deterministic edge of NSQ's rule."""
-    client = await sampled_consumer(nsqd.tcp_port, 99)
+    client = await sampled_consumer(nsqd.tcp_port, 99, rdy=200)
     await publish(nsqd.tcp_port, 2_000)
     bodies = set()
     for _ in range(2_000):

@@ -1,17 +1,18 @@
-"""One task reads and executes the commands of every plain connection, from an epoll of its own.
+"""The Linux fast path: one task reads every plain connection from an edge-triggered epoll.
 
 Theory of operation. A connection served by its own reader task pays, for every receive,
 trio's bookkeeping of a wait (an ``epoll_ctl`` to arm the socket, a task switch when it is
 ready, a reschedule), a read that finds nothing (EAGAIN) before it waits, and a yield after
 each read. For a client that sends one PUB and waits for its OK, that is every PUB.
 
-Here a plain connection (no TLS, no compression) parks its reader task and registers its
-socket, edge-triggered, in the poller's epoll until the poller hands the task back. The
+Here a plain connection (no TLS, no compression) parks its task in ``receive`` and registers
+its socket, edge-triggered, in the poller's epoll until the poller hands the task back. The
 poller task waits for that epoll's descriptor (itself pollable, so trio waits for it as for a
 socket: one wait for all the connections) and then takes every ready connection in one round:
-one non-blocking read each, then the commands that read completed, executed synchronously
-as the reader task would, in one output batch for the whole round (nsqd/output_batch.py:
-each OK goes straight to its socket when the round ends).
+one non-blocking read each, handed to the connection (``Connection.received_in_round``,
+which executes the commands that read completed, as the connection's task would), all in one
+output batch for the whole round (nsqd/output_batch.py: each OK goes straight to its socket
+with ``send_now``, one ``os.write``, when the round ends).
 
 Edge-triggered epoll reports a socket once per arrival, never again for what is left
 unread, so the poller remembers: a read that filled its buffer may have left more, and that
@@ -26,32 +27,53 @@ since) is harmless.
 
 Whatever must be awaited goes back to the connection's own task: a command that returns a
 coroutine (IDENTIFY's upgrades to TLS or compression, AUTH, any command checked against an
-auth server), publishes whose OK is held for an fsync (--sync-every=1), an error (it is sent
-after the held OKs), output past the connection's high water mark (it waits for its writer),
-the client's close, a failed read, or an unexpected exception (which ends that connection
-only, as it did in the task). The poller then drops the socket from its epoll before the task
-runs, so it is never read by both (and skips a connection whose task a command has cancelled
-meanwhile: it is no longer parked). When the task is done awaiting and has executed
-what it had received, it hands itself back and the poller adds the socket again: adding a
-socket to an epoll reports it at once if it holds data, so nothing that arrived meanwhile is
-missed. A connection that upgrades has no plain descriptor any more and stays with its task.
-A task cancelled while parked (the connection is closed) takes its socket out of the epoll.
+auth server, a command that creates its topic), publishes whose OK is held for an fsync
+(--sync-every=1), an error (it is sent after the held OKs), output past the connection's high
+water mark (it waits for its writer), the client's close, a failed read, or an unexpected
+exception (which ends that connection only, as it did in the task). The poller then drops the
+socket from its epoll before the task runs, so it is never read by both (and skips a
+connection whose task a command has cancelled meanwhile: it is no longer parked). When the
+task is done awaiting and has executed what it had received, it calls ``receive`` again and
+the poller adds the socket again: adding a socket to an epoll reports it at once if it holds
+data, so nothing that arrived meanwhile is missed. A connection that upgrades moves to the
+portable backend (nsqd/stream_backend.py) and never comes back. A task cancelled while parked
+(the connection is closed) takes its socket out of the epoll.
 
-A parked connection's read deadline (nsqd/heartbeats.py) runs from its last read, as the
-reader task's ran from when each read began waiting.
+This module needs ``select.epoll`` when it is imported: nsqd imports it only where that exists.
 """
 
-import math
 import os
 import select
 
 import outcome
 import trio
 
-RECEIVE_SIZE = 64 * 1024
-ENDED = "ended"  # handed back when the client has closed its side
+from .io_backend import ENDED, RECEIVE_SIZE
+from .stream_backend import StreamBackend
+
 WATCHED = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
 CLOSING = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR  # the end is there after the data
+
+
+class EpollBackend(StreamBackend):
+    """A plain socket: read by the poller, written with ``os.write`` when it takes the bytes
+    at once; sends that must wait, closing and upgrading are the portable backend's."""
+
+    direct = True
+
+    def __init__(self, stream: trio.SocketStream, poller: "Poller"):
+        super().__init__(stream)
+        self.fd = stream.socket.fileno()
+        self._poller = poller
+
+    async def receive(self, connection):
+        return await self._poller.serve(self.fd, connection)
+
+    def send_now(self, data: bytearray) -> int:
+        try:
+            return os.write(self.fd, data)
+        except OSError:  # would block, or the socket failed: the connection's writer retries and reports
+            return 0
 
 
 class Poller:
@@ -64,12 +86,11 @@ class Poller:
     def close(self) -> None:
         self._epoll.close()
 
-    async def serve(self, connection):
-        """Park ``connection``'s task until the poller hands it back; what it is handed: a
-        coroutine to await, None (held OKs or high water to see to) or ENDED. Raises the
-        failed read's OSError or the ClientError of a command."""
-        fd = connection.fd
-        connection.read_since = trio.current_time()
+    def backend_for(self, stream: trio.SocketStream) -> EpollBackend:
+        return EpollBackend(stream, self)
+
+    async def serve(self, fd: int, connection):
+        """Park ``connection``'s task until the poller hands it back (EpollBackend.receive)."""
         self._epoll.register(fd, WATCHED)
         self._parked[fd] = (connection, trio.lowlevel.current_task())
 
@@ -84,9 +105,8 @@ class Poller:
         self._epoll.unregister(fd)
 
     def _hand_back(self, fd: int, result: outcome.Outcome) -> None:
-        connection, task = self._parked[fd]
+        task = self._parked[fd][1]
         self._unpark(fd)
-        connection.read_since = math.inf  # not reading while its task works
         trio.lowlevel.reschedule(task, result)
 
     async def run(self) -> None:
@@ -111,7 +131,7 @@ class Poller:
                 batch.end()
 
     def _read(self, fd: int, events: int, connection, now: float) -> None:
-        """One read of a ready connection, and its commands executed."""
+        """One read of a ready connection, handed to it."""
         try:
             data = os.read(fd, RECEIVE_SIZE)
         except BlockingIOError:
@@ -122,9 +142,8 @@ class Poller:
         if not data:
             self._hand_back(fd, outcome.Value(ENDED))
             return
-        connection.read_since = now
         try:
-            result = connection.execute_polled(data)
+            result = connection.received_in_round(data, now)
         except Exception as exc:  # a defect ends its connection (logged by nsqd), not the poller
             result = outcome.Error(exc)
         if fd not in self._parked:  # the commands closed their own connection
