@@ -1,7 +1,7 @@
 """nsqd's I/O backends (nsqd/io_backend.py) under NSQ's own bench tools, against the code of another checkout.
 
     python bench/bench_backends.py [--runs=3] [--runfor=10s] [--base-root=DIR] [--workloads=publish,pubsub,pub16]
-    python bench/bench_backends.py --callgrind [--count=100000] [--base-root=DIR]
+    python bench/bench_backends.py --callgrind [--count=100000] [--base-root=DIR] [--workloads=publish,consume,pub]
 
 States, one fresh nsqd each, in alternating order within every run so all see the same load:
 base (with --base-root: that checkout's nsqd, e.g. the code before a change), auto (this
@@ -146,7 +146,8 @@ def callgrind(states: dict, args) -> None:
     works = {"publish": ([IN_MEMORY], mpub_work(args.count)),
              "consume": ([f"--mem-queue-size={args.count + BATCH}"], consume_work(args.count)),
              "pub": ([IN_MEMORY], pub_work(args.count // 10))}
-    for name, (work_flags, work) in works.items():
+    for name in (args.workloads or ",".join(works)).split(","):
+        work_flags, work = works[name]
         for state, (root, flags) in states.items():
             per_message = counted(Meter(True, root), [*work_flags, *flags], work)
             print(f"{name} {state}: nsqd {per_message:,.0f} instructions/msg", flush=True)
@@ -157,17 +158,19 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--runfor", default="10s")
     parser.add_argument("--count", type=int, default=100_000, help="messages per --callgrind workload")
-    parser.add_argument("--workloads", default="publish,pubsub,pub16")
+    parser.add_argument("--workloads", help="publish,pubsub,pub16 (the default); with --callgrind publish,consume,pub")
     parser.add_argument("--base-root", type=Path, help="also run this checkout's nsqd (default flags)")
+    parser.add_argument("--states", default="auto,portable", help="this checkout's states to run: auto, portable")
     parser.add_argument("--callgrind", action="store_true", help="count nsqd's instructions (valgrind)")
     args = parser.parse_args()
-    states = {"auto": (ROOT, []), "portable": (ROOT, ["--io-backend=portable"])}
+    ours = {"auto": (ROOT, []), "portable": (ROOT, ["--io-backend=portable"])}
+    states = {name: ours[name] for name in args.states.split(",") if name}
     if args.base_root:
         states = {"base": (args.base_root.resolve(), []), **states}
     if args.callgrind:
         callgrind(states, args)
         return
-    for name in args.workloads.split(","):
+    for name in (args.workloads or ",".join(WORKLOADS)).split(","):
         load, load_flags = WORKLOADS[name]
         results = {state: [] for state in states}
         order = list(states)

@@ -227,7 +227,10 @@ class Connection:
             self._output_changed.set()
             return
         data = client.take_output()
-        sent = self.backend.send_now(data)
+        try:
+            sent = self.backend.send_now(data)
+        except OSError:  # would block, or the socket failed: the writer retries and reports
+            sent = 0
         if sent < len(data):
             client.keep_unsent(data, sent)
             self._output_changed.set()

@@ -42,6 +42,7 @@ portable backend (nsqd/stream_backend.py) and never comes back. A task cancelled
 This module needs ``select.epoll`` when it is imported: nsqd imports it only where that exists.
 """
 
+import functools
 import os
 import select
 
@@ -65,15 +66,10 @@ class EpollBackend(StreamBackend):
         super().__init__(stream)
         self.fd = stream.socket.fileno()
         self._poller = poller
+        self.send_now = functools.partial(os.write, self.fd)  # no Python frame between the output and the write
 
     async def receive(self, connection):
         return await self._poller.serve(self.fd, connection)
-
-    def send_now(self, data: bytearray) -> int:
-        try:
-            return os.write(self.fd, data)
-        except OSError:  # would block, or the socket failed: the connection's writer retries and reports
-            return 0
 
 
 class Poller:

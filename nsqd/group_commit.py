@@ -51,12 +51,11 @@ class GroupCommit:
         self.rounds = 0
         self.upcoming = SyncRound()
 
-    def store(self, publish) -> SyncRound | None:
-        """Run ``publish`` (synchronous); the round its publisher must wait for, or None
-        when it wrote nothing to disk or writes need not be durable before the answer."""
-        before = self.writes
-        publish()
-        return self.upcoming if self.enabled and self.writes != before else None
+    def round_after(self, writes: int) -> SyncRound | None:
+        """The round a publisher must wait for, ``writes`` having been the count of disk queue
+        writes before its messages were stored: None when they wrote nothing to disk or
+        writes need not be durable before the answer."""
+        return self.upcoming if self.enabled and self.writes != writes else None
 
     def written(self) -> None:
         self.writes += 1

@@ -44,7 +44,8 @@ class IOBackend(Protocol):
         closed. Raises a command's ClientError, or the OSError of a failed read."""
 
     def send_now(self, data: bytearray) -> int:
-        """With ``direct``: write what the socket takes at once; how many bytes it took."""
+        """With ``direct``: write what the socket takes at once; how many bytes it took.
+        Raises OSError when it took none (it would block, or the socket failed)."""
 
     async def send(self, data: bytearray) -> None:
         """Send all of ``data``, waiting while the socket is full."""

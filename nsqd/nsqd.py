@@ -286,16 +286,15 @@ class NSQD:
             return self._publish_once_started(topic_name, bodies, delay)
         if self.exiting:
             raise PublishFailed("exiting")
-        if delay > 0:
-            store = lambda: topic.publish_deferred(bodies[0], time.time_ns(), delay)  # noqa: E731
-        elif bodies:
-            store = lambda: topic.publish(bodies, time.time_ns())  # noqa: E731
-        else:
-            return None
+        writes = self.group_commit.writes
         try:
-            return self.group_commit.store(store)
+            if delay > 0:
+                topic.publish_deferred(bodies[0], time.time_ns(), delay)
+            elif bodies:
+                topic.publish(bodies, time.time_ns())
         except OSError as exc:
             raise PublishFailed(exc.strerror or str(exc)) from exc
+        return self.group_commit.round_after(writes)
 
     async def _publish_once_started(self, topic_name: str, bodies: list[bytes], delay: float) -> SyncRound | None:
         await self.get_started_topic(topic_name)

@@ -68,7 +68,7 @@ class StreamBackend:
                 return result.unwrap()
 
     def send_now(self, data: bytearray) -> int:
-        return 0
+        raise BlockingIOError("a trio stream is written by awaiting it")
 
     async def send(self, data: bytearray) -> None:
         await self.stream.send_all(data)
