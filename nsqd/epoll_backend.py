@@ -65,11 +65,9 @@ class EpollBackend(StreamBackend):
     def __init__(self, stream: trio.SocketStream, poller: "Poller"):
         super().__init__(stream)
         self.fd = stream.socket.fileno()
-        self._poller = poller
-        self.send_now = functools.partial(os.write, self.fd)  # no Python frame between the output and the write
-
-    async def receive(self, connection):
-        return await self._poller.serve(self.fd, connection)
+        # bound to what does the work: no frame of ours between the connection and the write, or the park
+        self.send_now = functools.partial(os.write, self.fd)
+        self.receive = functools.partial(poller.serve, self.fd)
 
 
 class Poller:

@@ -54,6 +54,8 @@ class StreamBackend:
 
     def __init__(self, stream: trio.abc.Stream):
         self.stream = stream
+        # ``send(data)`` is the stream's own send_all: no frame of ours in each await of a send
+        self.send = stream.send_all
 
     async def receive(self, connection):
         stream = self.stream
@@ -69,9 +71,6 @@ class StreamBackend:
 
     def send_now(self, data: bytearray) -> int:
         raise BlockingIOError("a trio stream is written by awaiting it")
-
-    async def send(self, data: bytearray) -> None:
-        await self.stream.send_all(data)
 
     async def aclose(self) -> None:
         await self.stream.aclose()
