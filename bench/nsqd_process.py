@@ -61,11 +61,12 @@ def rss_kib(pid: int) -> int:
 
 
 @contextlib.contextmanager
-def running_nsqd(*args: str, command: tuple[str, ...] = OURS):
+def running_nsqd(*args: str, command: tuple[str, ...] = OURS, root: Path = ROOT):
     """A fresh nsqd in a fresh data directory for one run: (process, TCP address);
-    terminated afterwards and its data directory removed (a run may leave gigabytes)."""
+    terminated afterwards and its data directory removed (a run may leave gigabytes).
+    ``root``: the checkout whose nsqd ``command`` runs, when it is ours."""
     with tempfile.TemporaryDirectory(prefix="nsqd-bench-") as data_path:
-        proc, address = start_nsqd(f"--data-path={data_path}", *args, command=command)
+        proc, address = start_nsqd(f"--data-path={data_path}", *args, command=command, root=root)
         try:
             yield proc, address
         finally:

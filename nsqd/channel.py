@@ -6,8 +6,9 @@ Theory of operation:
   the channel's disk queue. A message in memory is the object the topic made when it
   accepted the publish (nsqd/message.py), shared with every other channel of the topic.
 * Delivery is pushed, not polled: ``_ready`` holds the subscribed clients that can take
-  a message now (in_flight < RDY), ``_in_ready`` the same clients as a set. A message put into the channel goes straight to the
-  next ready client, round-robin; it is queued only when nobody is ready.
+  a message now (in_flight < RDY), ``_in_ready`` the same clients as a set. A message put
+  into the channel goes straight to the next ready client, round-robin; it is queued only
+  when nobody is ready.
   Invariant (while unpaused): a ready client exists only if the queue, memory and disk,
   is empty. A client that becomes ready again (RDY, FIN, REQ, timeout) drains it first.
 * In-flight messages live on the client that holds them (``Client.in_flight``), which

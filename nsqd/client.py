@@ -7,9 +7,10 @@ when ``out`` may need sending, ``earlier_deadline`` when a message in flight is 
 the connection's timeout task was going to wake. The connection sends ``out`` when the
 flush policy says so: at once for responses and errors, and for messages when the client
 cannot take more, when ``out`` reaches output_buffer_size, or output_buffer_timeout after
-the first buffered byte. Times are trio's clock (the connection's backend's ``now``). In-flight messages are kept in delivery order, which is deadline order
-because one client has one msg_timeout; a TOUCH moves its message to the end. The rare
-TOUCH whose deadline is capped by --max-msg-timeout is tracked apart in ``_capped``.
+the first buffered byte. Times are trio's clock (the connection's backend's ``now``).
+In-flight messages are kept in delivery order, which is deadline order because one client
+has one msg_timeout; a TOUCH moves its message to the end. The rare TOUCH whose deadline is
+capped by --max-msg-timeout is tracked apart in ``_capped``.
 """
 
 import random

@@ -240,7 +240,7 @@ CONFIG_NAMES = sorted({flag.key for flag in NSQD_FLAGS} | {
     "nsqlookupd_tcp_addresses", "auth_http_addresses", "e2e_processing_latency_percentiles", "lookupd_tcp_address",
     "logger", "Logger", "LogLevel", "bogus", "tls_required", "version", "config", "verbose", "HTTPAddress"})
 _BEYOND_NSQ_OPTIONS = {"msg_ttl", "max_attempts", "dead_letter_topic", "persist_deferred", "http_auth_required",
-                       "auth_http_request_method"}
+                       "auth_http_request_method", "io_backend"}
 
 
 @pytest.mark.parametrize("name", sorted(set(CONFIG_NAMES) - _BEYOND_NSQ_OPTIONS))

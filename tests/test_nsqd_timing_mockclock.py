@@ -114,7 +114,8 @@ async def test_a_finished_message_never_comes_back(autojump_clock, start_broker)
     await client.assert_no_frame(within=50)
 
 
-async def test_a_timed_out_message_goes_to_another_consumer_and_the_first_may_no_longer_finish_it(autojump_clock, start_broker):
+async def test_a_timed_out_message_goes_to_another_consumer_and_the_first_may_no_longer_finish_it(
+        autojump_clock, start_broker):
     broker = await start_broker(msg_timeout=1.0)
     await broker.publish(pub("t", b"slow"))
     stuck = await broker.consumer()
@@ -182,7 +183,8 @@ async def test_req_zero_delivers_again_at_once_with_one_more_attempt(autojump_cl
 
 
 @pytest.mark.parametrize(("max_req_timeout", "asked_ms", "delay"), [(3600.0, 400, 0.4), (0.3, 3_600_000, 0.3)])
-async def test_req_with_a_delay_delivers_again_after_it_clamped_to_max_req_timeout(autojump_clock, start_broker, max_req_timeout, asked_ms, delay):
+async def test_req_with_a_delay_delivers_again_after_it_clamped_to_max_req_timeout(
+        autojump_clock, start_broker, max_req_timeout, asked_ms, delay):
     broker = await start_broker(max_req_timeout=max_req_timeout)
     await broker.publish(pub("t", b"later"))
     client = await broker.consumer()
@@ -317,7 +319,8 @@ async def test_the_read_deadline_runs_from_the_last_read(autojump_clock, broker)
     ({"output_buffer_size": 64, "output_buffer_timeout": 30000}, 0.0),  # the buffer filled
     ({"output_buffer_size": -1}, 0.0),  # no buffering
 ])
-async def test_a_message_a_consumer_could_take_more_after_waits_for_the_output_buffer(autojump_clock, broker, identify, flushed_after):
+async def test_a_message_a_consumer_could_take_more_after_waits_for_the_output_buffer(
+        autojump_clock, broker, identify, flushed_after):
     client = await broker.consumer(rdy=5, **identify)
     start = trio.current_time()
     await broker.publish(pub("t", b"b" * 100))
