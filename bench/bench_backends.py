@@ -15,10 +15,13 @@ messages (/proc), and the ratios to the first daemon's medians.
 With --callgrind, nsqd runs under valgrind (one run each: instruction counts barely vary) and the
 figure is its instructions per message for a fixed amount of work on one connection: MPUB batches
 of 200 into memory (publish), draining a filled channel with bench/bench_reader.py (consume:
-delivery and FIN) and PUB one at a time, each waiting for its OK (pub).
+delivery and FIN) and PUB one at a time, each waiting for its OK (pub); or, with
+--loads=nsq-publish,pub16, per message NSQ's bench_writer publishes into memory, or bench_pub.py
+on 16 connections with default flags, in --runfor.
 """
 
 import argparse
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -26,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import go_tools  # noqa: E402
+from bench import go_tools, nsq_tools  # noqa: E402
 from bench.bench_beyond import Meter, stop  # noqa: E402
 from bench.loads import IN_MEMORY, Daemon, nsq_tool_loads, replica_loads  # noqa: E402
 from bench.nsq_socket import BenchConnection  # noqa: E402
@@ -38,15 +41,16 @@ BATCH = 200
 SIZE = 200
 
 
-def daemons(base_root: Path | None) -> dict[str, tuple[tuple[str, ...], Path]]:
+def daemons(args) -> dict[str, tuple[tuple[str, ...], Path]]:
     """name -> (nsqd's command, the checkout it runs in)."""
     ours = {"auto": (OURS, ROOT), "portable": ((*OURS, "--io-backend=portable"), ROOT)}
-    return {"base": (OURS, base_root.resolve()), **ours} if base_root else ours
+    chosen = {name: ours[name] for name in args.daemons.split(",")}
+    return {"base": (OURS, args.base_root.resolve()), **chosen} if args.base_root else chosen
 
 
 def timed(args) -> None:
     loads = {load.key: load for load in [*nsq_tool_loads(args.runfor, 4, 4), *replica_loads(args.runfor)]}
-    chosen = daemons(args.base_root)
+    chosen = daemons(args)
     names = list(chosen)
     for key in (args.loads or "publish,pubsub,pub16").split(","):
         load = loads[key]
@@ -124,13 +128,30 @@ def pub_work(count: int):
     return work
 
 
+def nsq_writer_work(runfor: str):
+    """NSQ's bench_writer for ``runfor`` (GOMAXPROCS connections, each an MPUB of 200 at a time)."""
+    def work(address: str) -> int:
+        return nsq_tools.finish(nsq_tools.start("bench_writer", address, f"--runfor={runfor}")).messages
+    return work
+
+
+def pub16_work(runfor: str):
+    """bench/bench_pub.py for ``runfor``: PUB one message at a time on 16 connections."""
+    def work(address: str) -> int:
+        out = go_tools.start_tool("bench_pub.py", f"--nsqd-tcp-address={address}", f"--runfor={runfor}",
+                                  "--connections=16").communicate()[0]
+        return int(re.search(r"(\d+) msgs -", out).group(1))
+    return work
+
+
 def callgrind(args) -> None:
-    works = {"publish": ([IN_MEMORY], mpub_work(args.count)),
+    works = {"nsq-publish": ([IN_MEMORY], nsq_writer_work(args.runfor)), "pub16": ([], pub16_work(args.runfor)),
+             "publish": ([IN_MEMORY], mpub_work(args.count)),
              "consume": ([f"--mem-queue-size={args.count + BATCH}"], consume_work(args.count)),
              "pub": ([IN_MEMORY], pub_work(args.count // 10))}
-    for key in (args.loads or ",".join(works)).split(","):
+    for key in (args.loads or "publish,consume,pub").split(","):
         work_flags, work = works[key]
-        for name, (command, root) in daemons(args.base_root).items():
+        for name, (command, root) in daemons(args).items():
             per_message = counted(Meter(True, root), [*work_flags, *command[len(OURS):]], work)
             print(f"{key} {name}: nsqd {per_message:,.0f} instructions/msg", flush=True)
 
@@ -142,6 +163,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=100_000, help="messages of each --callgrind load")
     parser.add_argument("--loads", help="load keys, comma-separated (see above)")
     parser.add_argument("--base-root", type=Path, help="also run this checkout's nsqd, first")
+    parser.add_argument("--daemons", default="auto,portable", help="this checkout's: auto, portable or both")
     parser.add_argument("--callgrind", action="store_true", help="count nsqd's instructions (valgrind)")
     args = parser.parse_args()
     if args.callgrind:

@@ -69,6 +69,7 @@ class Connection:
         self.backend = backend
         self.client = Client(client_id, nsqd.opts, remote_address, self._output_ready, self._earlier_deadline)
         self.protocol = ProtocolV2(nsqd, self.client, self.upgrade, self._identified)
+        self._parser, self._execute = self.protocol.parser, self.protocol.execute  # for every read
         self._direct = backend.direct  # output that must go now may be written from the batch's end
         self._noted = False  # in nsqd's output batch
         self._sending = False  # the writer is in the middle of a send
@@ -129,15 +130,11 @@ class Connection:
 
     async def _read_loop(self) -> None:
         while True:
-            self._read_since = self.backend.now()
-            try:
-                pending = await self.backend.receive(self)
-            except ClientError as err:  # a command the backend handed over failed
-                if await self._refuse(err):
+            pending = await self._receive()
+            if isinstance(pending, ClientError):  # a command the backend handed over failed
+                if await self._refuse(pending):
                     return
                 pending = None
-            finally:
-                self._read_since = math.inf  # not receiving while this task works
             if pending is ENDED:
                 err = self.protocol.parser.receive_eof()
                 if err is not None:  # the client's side ended in the middle of a command
@@ -148,6 +145,17 @@ class Connection:
             if len(self.client.out) > OUTPUT_HIGH_WATER:
                 self._drained = trio.Event()
                 await self._drained.wait()
+
+    async def _receive(self):
+        """What the backend hands back (nsqd/io_backend.py), or the ClientError it raised.
+        The read deadline runs only meanwhile."""
+        self._read_since = self.backend.now()
+        try:
+            return await self.backend.receive(self)
+        except ClientError as err:
+            return err
+        finally:
+            self._read_since = math.inf  # not receiving while this task works
 
     def received(self, data: bytes, now: float):
         """A read's bytes, from a backend: ``received_in_round`` in an output batch of its own."""
@@ -163,9 +171,10 @@ class Connection:
         commands they complete. None if the backend may read on; else the outcome to hand the
         connection's task: what to await first (a coroutine, or None), or a command's error."""
         self._read_since = now
-        self.protocol.parser.receive_data(data)
+        parser = self._parser
+        parser.receive_data(data)
         try:
-            pending = _execute_until_wait(self.protocol.parser, self.protocol.execute)
+            pending = _execute_until_wait(parser, self._execute)
         except ClientError as err:
             # raised again in the task; its traceback here would tie these frames into a cycle
             return outcome.Error(err.with_traceback(None))
@@ -176,7 +185,7 @@ class Connection:
     async def _execute_received(self, pending) -> bool:
         """Await ``pending``, then execute the rest of the received commands, awaiting whatever
         else must be awaited; False once a fatal error has been sent."""
-        parser, execute, batch = self.protocol.parser, self.protocol.execute, self.nsqd.output_batch
+        parser, execute, batch = self._parser, self._execute, self.nsqd.output_batch
         while True:
             try:
                 if pending is None:

@@ -104,7 +104,7 @@ class NSQD:
                 nursery.start_soon(self._queue_meta_loop)
                 nursery.start_soon(self._metadata_loop)
                 nursery.start_soon(self.heartbeats.run)
-                nursery.start_soon(self.tcp.run_poller)
+                self.tcp.start(nursery)
                 nursery.start_soon(self.message_ttl.run)
                 if self.auth_servers is not None:
                     nursery.start_soon(self.auth_servers.run)

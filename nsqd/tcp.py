@@ -39,10 +39,11 @@ class TCPServer:
         reason = "" if hasattr(select, "epoll") else ": no select.epoll on this platform"
         return f"portable (trio streams{reason})"
 
-    async def run_poller(self) -> None:
-        """The fast path's task, while nsqd runs (none without it)."""
+    def start(self, nursery: trio.Nursery) -> None:
+        """The fast path's poller task, for as long as nsqd runs (none without the fast path).
+        Started as it is: a coroutine of ours around it would be one more frame in every round."""
         if self._poller is not None:
-            await self._poller.run()
+            nursery.start_soon(self._poller.run)
 
     def close(self) -> None:
         if self._poller is not None:

@@ -60,7 +60,8 @@ async def test_nsqd_starts_and_serves_where_select_has_no_epoll(tmp_path):
     ([], "TCP: I/O backend epoll (edge-triggered epoll and direct writes; TLS and compression on trio streams)"),
     (["--io-backend=portable"], "TCP: I/O backend portable (trio streams)\n"),
 ])
-def test_the_log_says_which_backend_serves_connections(tmp_path, flag, logged):
+def test_the_log_says_which_backend_serves_connections(tmp_path, monkeypatch, flag, logged):
+    monkeypatch.setattr(NsqdProcess, "io_backend", "")  # the default, whatever NSQD_IO_BACKEND says
     proc = NsqdProcess(f"--data-path={tmp_path}", *flag)
     assert proc.stop() == 0
     assert logged in proc.log()
