@@ -8,6 +8,10 @@ the connection's timeout task was going to wake. The connection sends ``out`` wh
 flush policy says so: at once for responses and errors, and for messages when the client
 cannot take more, when ``out`` reaches output_buffer_size, or output_buffer_timeout after
 the first buffered byte. Times are trio's clock (the connection's backend's ``now``).
+A command that makes room for messages (FIN, REQ, RDY) does not refill the client itself:
+the connection calls ``refill`` once the commands of a read have all been applied, so that
+"FIN <id>\nRDY 0\n" in one read gets no message in between, as nsqd's messagePump, which
+sends only between its looks at the ready state, does not send one (it sees the RDY 0 first).
 In-flight messages are kept in delivery order, which is deadline order because one client
 has one msg_timeout; a TOUCH moves its message to the end. The rare TOUCH whose deadline is
 capped by --max-msg-timeout is tracked apart in ``_capped``.
@@ -69,6 +73,7 @@ class Client:
         self.output_ready = output_ready
         self._earlier_deadline = earlier_deadline
         self._watched_deadline = float("inf")  # when the timeout task wakes next (it may find nothing due)
+        self._refill_due = False  # commands made room for messages: ``refill`` delivers them
 
     def __repr__(self) -> str:
         return f"<Client {self.id} {self.remote_address}>"
@@ -234,8 +239,7 @@ class Client:
             # no longer ready: buffered messages go out now, as nsqd's messagePump flushes
             self.flush_now = True
             self.output_ready()
-        if self.channel is not None:
-            self.channel.client_ready(self)
+        self._refill_due = self.channel is not None
 
     def _pop_in_flight(self, msg_id: bytes, command: str, code: str) -> InFlight:
         msg = self.in_flight.pop(msg_id, None)
@@ -252,11 +256,11 @@ class Client:
         self.finish_count += 1
         if self.channel.e2e_latency is not None:
             self.channel.e2e_latency.insert(TIMESTAMP_ATTEMPTS.unpack_from(msg.message)[0], time.time_ns())
-        self.channel.client_ready(self)
+        self._refill_due = True
 
     def finish_many(self, ids: list[bytes]) -> int:
-        """FIN ``ids`` in order up to the first one not in flight (left to ``finish`` to refuse),
-        then refill the client once; how many were finished."""
+        """FIN ``ids`` in order up to the first one not in flight (left to ``finish`` to refuse);
+        how many were finished."""
         in_flight, capped, latency = self.in_flight, self._capped, self.channel.e2e_latency
         done = 0
         for msg_id in ids:
@@ -270,14 +274,20 @@ class Client:
             done += 1
         self.finish_count += done
         if done:
-            self.channel.client_ready(self)
+            self._refill_due = True
         return done
 
     def requeue(self, msg_id: bytes, delay: float) -> None:
         msg = self._pop_in_flight(msg_id, "REQ", "E_REQ_FAILED")
         self.requeue_count += 1
         self.channel.requeue_message(msg.requeued(), delay)
-        self.channel.client_ready(self)
+        self._refill_due = True
+
+    def refill(self) -> None:
+        """After a read's commands: the messages its FINs, REQs and RDYs made room for."""
+        if self._refill_due:
+            self._refill_due = False
+            self.channel.client_ready(self)
 
     def touch(self, msg_id: bytes) -> None:
         msg = self._pop_in_flight(msg_id, "TOUCH", "E_TOUCH_FAILED")

@@ -15,7 +15,9 @@ must be awaited: IDENTIFY's upgrades, AUTH, any command checked against an auth 
 once the topic has started, nsqd.get_started_topic). That, held OKs (--sync-every=1), a
 command's error and output past OUTPUT_HIGH_WATER (a client that publishes but never reads its
 OKs) go back to the task, which sees to them, executes the rest of what it received and
-receives again. Any failure ends this connection only.
+receives again. Any failure ends this connection only. Whenever the commands stop (the read
+is done, or one must be awaited), the client is refilled with the messages its FINs, REQs and
+RDYs made room for: once all of them have been applied, not after each (nsqd/client.py).
 
 Sending. Output made while commands execute (an OK, messages a PUB or FIN freed for this
 client) is noted in nsqd's output batch and, when the batch ends, what the flush policy says
@@ -69,7 +71,8 @@ class Connection:
         self.backend = backend
         self.client = Client(client_id, nsqd.opts, remote_address, self._output_ready, self._earlier_deadline)
         self.protocol = ProtocolV2(nsqd, self.client, self.upgrade, self._identified)
-        self._parser, self._execute = self.protocol.parser, self.protocol.execute  # for every read
+        # for every read
+        self._parser, self._execute, self._refill = self.protocol.parser, self.protocol.execute, self.client.refill
         self._direct = backend.direct  # output that must go now may be written from the batch's end
         self._noted = False  # in nsqd's output batch
         self._sending = False  # the writer is in the middle of a send
@@ -174,7 +177,7 @@ class Connection:
         parser = self._parser
         parser.receive_data(data)
         try:
-            pending = _execute_until_wait(parser, self._execute)
+            pending = _execute_until_wait(parser, self._execute, self._refill)
         except ClientError as err:
             # raised again in the task; its traceback here would tie these frames into a cycle
             return outcome.Error(err.with_traceback(None))
@@ -185,13 +188,13 @@ class Connection:
     async def _execute_received(self, pending) -> bool:
         """Await ``pending``, then execute the rest of the received commands, awaiting whatever
         else must be awaited; False once a fatal error has been sent."""
-        parser, execute, batch = self._parser, self._execute, self.nsqd.output_batch
+        parser, execute, refill, batch = self._parser, self._execute, self._refill, self.nsqd.output_batch
         while True:
             try:
                 if pending is None:
                     batch.begin()
                     try:
-                        pending = _execute_until_wait(parser, execute)
+                        pending = _execute_until_wait(parser, execute, refill)
                     finally:
                         batch.end()
                     if pending is None:
@@ -367,12 +370,16 @@ class Connection:
         return min(self._heartbeat_due, read_deadline)
 
 
-def _execute_until_wait(parser, execute):
-    """Execute the received commands until one must be awaited (returned) or more bytes are needed (None)."""
+def _execute_until_wait(parser, execute, refill):
+    """Execute the received commands until one must be awaited (returned) or more bytes are
+    needed (None), then ``refill`` the client with the messages they made room for. A command's
+    error skips the refill: the task sends the error, then executes on and refills."""
     while True:
         command = parser.next_event()
         if command is NEED_DATA:
+            refill()
             return None
         pending = execute(command)
         if pending is not None:
+            refill()
             return pending

@@ -89,6 +89,24 @@ async def test_rdy_zero_stops_delivery(nsqd):
     await client.assert_no_frame(0.2)
 
 
+async def test_a_read_is_applied_whole_before_the_client_is_refilled(nsqd):
+    """FIN or REQ then RDY 0 in one read: no message in between, as NSQ's nsqd (its messagePump
+    sees the RDY 0 before it sends again; tests/test_differential_nsqd_tcp.py has the two side by side)."""
+    await publish(nsqd.tcp_port, "t", b"a", b"b")
+    client = await consumer(nsqd.tcp_port, rdy=1)
+    msg = await client.read_message()
+    unknown = b"0123456789abcdef"
+    await client.send(b"REQ " + msg.id + b" 0\nRDY 0\nFIN " + unknown + b"\n")  # the FIN's error ends the read
+    assert (await client.read_error()).startswith(b"E_FIN_FAILED")
+    await client.send(b"RDY 1\n")
+    msg = await client.read_message()
+    await client.send(b"FIN " + msg.id + b"\nRDY 0\nFIN " + unknown + b"\n")
+    assert (await client.read_error()).startswith(b"E_FIN_FAILED")
+    await client.send(b"RDY 5\n")  # what the RDY 0 kept back comes now
+    assert (await client.read_message()).body in {b"a", b"b"}
+    await client.assert_no_frame(0.1)
+
+
 async def test_raising_rdy_delivers_more_at_once(nsqd):
     await publish(nsqd.tcp_port, "t", *[b"%d" % i for i in range(5)])
     client = await consumer(nsqd.tcp_port, rdy=1)
@@ -317,18 +335,18 @@ async def test_max_channel_consumers(start_nsqd):
 
 
 async def test_fins_in_one_write_keep_a_lone_fins_answers_and_order(nsqd):
-    """Consecutive FINs are finished as a batch; one that fails in the middle is still answered
-    where it stood: after the messages the FINs before it freed, before those the ones after it free."""
+    """Consecutive FINs are finished as a batch; one that fails in the middle is answered and the
+    rest go on. The messages they freed come once the whole read is applied, so after the error
+    (as NSQ's nsqd sends them, but for a rare race of its message pump)."""
     await publish(nsqd.tcp_port, "t", *[b"m%d" % n for n in range(6)])
     client = await consumer(nsqd.tcp_port, rdy=2)
     first, second = await read_messages(client, 2)
     unknown = b"0123456789abcdef"
     await client.send(b"FIN " + first.id + b"\nFIN " + unknown + b"\nFIN " + second.id + b"\n")
     frames = [await client.read_frame() for _ in range(3)]
-    assert frames[0].frame_type == FRAME_TYPE_MESSAGE
-    assert frames[1] == Frame(FRAME_TYPE_ERROR, b"E_FIN_FAILED FIN " + unknown + b" failed ID not in flight")
-    assert frames[2].frame_type == FRAME_TYPE_MESSAGE
-    third, fourth = (decode_message(frame.data) for frame in (frames[0], frames[2]))
+    assert frames[0] == Frame(FRAME_TYPE_ERROR, b"E_FIN_FAILED FIN " + unknown + b" failed ID not in flight")
+    assert [frame.frame_type for frame in frames[1:]] == [FRAME_TYPE_MESSAGE, FRAME_TYPE_MESSAGE]
+    third, fourth = (decode_message(frame.data) for frame in frames[1:])
     assert (third.body, fourth.body) == (b"m2", b"m3")
     await client.send(b"FIN " + third.id + b"\r\nFIN " + fourth.id + b"\n")  # a \r\n line ends a run
     assert [msg.body for msg in await read_messages(client, 2)] == [b"m4", b"m5"]
