@@ -4,10 +4,11 @@ after every step. Each case is a session on fresh connections; the daemons live 
 
 import json
 import socket
+import time
 
 import pytest
 
-from common.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FrameReader
+from common.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, HEARTBEAT, FrameReader
 from common.message import decode_message
 
 from .differential_driver import command, identify, mpub_body, nsqd_pair_fixture, raw
@@ -471,10 +472,10 @@ def test_a_producer_of_several_topics_in_stats(pair):
     assert ours == [{"topic": "t_several_a", "count": 1}, {"topic": "t_several_b", "count": 2}]
 
 
-# -- a read's commands and the message pump --------------------------------------------------------
+# -- the message pump, on daemons of these tests' own ---------------------------------------------
 # What NSQ's nsqd does here depends on two goroutines (the connection's reader and its
-# messagePump), so it is not one answer but what happens in practice: each daemon gets TRIALS
-# tries, on daemons of this test's own (a rare other outcome of Go's would upset the pair's /stats).
+# messagePump) or on its clock, so it is not one answer to compare step by step (a rare other
+# outcome of Go's would upset the pair's /stats): each daemon is tried, and each outcome pinned.
 
 TRIALS = 20
 
@@ -488,14 +489,20 @@ def go_and_ours(tmp_path_factory):
         daemon.stop()
 
 
-def _frames(sock: socket.socket):
+def _reads(sock: socket.socket):
+    """What each read of ``sock`` brings: (when, [its whole frames])."""
     reader = FrameReader()
     while True:
-        yield from reader.frames()
         data = sock.recv(65536)
         if not data:
             return
         reader.receive_data(data)
+        yield time.monotonic(), list(reader.frames())
+
+
+def _frames(sock: socket.socket):
+    for _, frames in _reads(sock):
+        yield from frames
 
 
 def _sent_between(port: int, topic: str, first: bytes) -> int:
@@ -526,3 +533,42 @@ def test_rdy_0_in_the_read_of_a_fin_or_req_keeps_the_next_message_back(go_and_ou
                 for daemon in go_and_ours)
     assert sum(go) <= TRIALS // 4
     assert sum(ours) == 0
+
+
+def _identify(**settings) -> bytes:
+    body = json.dumps(settings).encode()
+    return b"IDENTIFY\n" + len(body).to_bytes(4, "big") + body
+
+
+def _message_arrival(port: int, topic: str) -> tuple[float, list]:
+    """A consumer with output_buffer_timeout -1, heartbeats every second and RDY 5 is sent one
+    message: how long after its IDENTIFY the read with the message came, and that read's frames."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as consumer, \
+            socket.create_connection(("127.0.0.1", port), timeout=10) as producer:
+        identified_at = time.monotonic()
+        consumer.sendall(b"  V2" + _identify(output_buffer_timeout=-1, heartbeat_interval=1000)
+                         + f"SUB {topic} ch\nRDY 5\n".encode())
+        reads = _reads(consumer)
+        answers = []
+        while len(answers) < 2:
+            answers += next(reads)[1]
+        assert [frame.data for frame in answers] == [b"OK", b"OK"]
+        producer.sendall(b"  V2" + command(f"PUB {topic}", b"quiet").data)
+        for arrived_at, frames in reads:
+            if any(frame.frame_type == FRAME_TYPE_MESSAGE for frame in frames):
+                return arrived_at - identified_at, frames
+        raise AssertionError("the connection closed")
+
+
+def test_output_buffer_timeout_minus_1_alone(go_and_ours):
+    """NSQ's messagePump stops its flush ticker and starts none, so a message to a client that could
+    take more waits in nsqd's buffer for the next heartbeat (a message that times out meanwhile is
+    buffered again: 8 copies came with a 12 s heartbeat and a 1 s msg_timeout). Ours sends it at once
+    (README, Deliberate differences)."""
+    go, ours = (_message_arrival(daemon.tcp_port, "t_obt_minus_1") for daemon in go_and_ours)
+    waited, frames = go
+    assert waited >= 1.0  # not before the first heartbeat, which came with it in one write
+    assert [frame.frame_type for frame in frames] == [FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE]
+    assert frames[1].data == HEARTBEAT
+    _, frames = ours
+    assert [frame.frame_type for frame in frames] == [FRAME_TYPE_MESSAGE]  # alone, before any heartbeat
