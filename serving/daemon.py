@@ -20,10 +20,23 @@ from typing import Callable
 import trio
 
 from common import VERSION, lg
-from common.goflags import Flag, FlagError, HelpRequested, parse_args, resolve, usage
+from common.goflags import Flag, FlagError, GoValue, HelpRequested, parse_args, resolve, usage
 
 from .collector import tune_for_a_daemon
 from .logs import nsq_logger
+
+
+# --log-level, NSQ's lg.LogLevel flag.Value: checked as it is parsed, shown as `value` (default INFO).
+LOG_LEVEL = GoValue(lg.parse_level, "INFO")
+
+
+def config_level(value: str) -> str:
+    """The resolved --log-level in lower case. A flag's was checked as it was parsed, so a bad one
+    came from the config file, refused in NSQ's words."""
+    try:
+        return lg.parse_level(value)
+    except ValueError:
+        raise FlagError(f"failed parsing log_level {value}") from None
 
 
 def read_config(path: str) -> dict:
@@ -71,7 +84,7 @@ def options_with(flags: list[Flag], validate: Callable, overrides: dict) -> Simp
 
 
 # Flags NSQ's daemons define outside their Options struct, so /config does not know them.
-NOT_OPTIONS = ("version", "config", "verbose")
+NOT_OPTIONS = ("version", "config", "verbose", "worker_id")
 
 
 def option_value(flags: list[Flag], opts, option: str):

@@ -630,7 +630,8 @@ async def test_config_put_other_options_is_invalid_option(http, option):
     assert_error(await http.put(f"/config/{option}", content=b"5"), 400, "INVALID_OPTION")
 
 
-@pytest.mark.parametrize("option", ["nosuch", "log-level", "LOG_LEVEL", "node_id", "version", "config", "verbose"])
+@pytest.mark.parametrize("option", ["nosuch", "log-level", "LOG_LEVEL", "node_id", "version", "config", "verbose",
+                                    "worker_id", "queue_scan_interval"])
 async def test_config_get_unknown_option(http, option):
     assert_error(await http.get(f"/config/{option}"), 400, "INVALID_OPTION")
 
