@@ -34,7 +34,7 @@ def config_level(value: str) -> str:
     """The resolved --log-level in lower case. A flag's was checked as it was parsed, so a bad one
     came from the config file, refused in NSQ's words."""
     try:
-        return lg.parse_level(value)
+        return lg.parse_level(str(value))
     except ValueError:
         raise FlagError(f"failed parsing log_level {value}") from None
 
