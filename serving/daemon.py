@@ -52,9 +52,15 @@ def read_config(path: str) -> dict:
         raise FlagError(f"failed to load config file {path}: {exc}") from exc
 
 
+# Flags NSQ's daemons define outside their Options struct: go-options reads no config-file key
+# for them (``version = true`` in the file does nothing), and /config does not know them.
+NOT_OPTIONS = ("version", "config", "verbose", "worker_id")
+
+
 def resolved_options(flags: list[Flag], given: dict, config: dict) -> SimpleNamespace:
-    resolved = resolve(flags, given, config)
-    return SimpleNamespace(**resolved.values, unknown_config_keys=resolved.unknown_config_keys)
+    resolved = resolve(flags, given, {key: value for key, value in config.items() if key not in NOT_OPTIONS})
+    unknown = sorted(resolved.unknown_config_keys + [key for key in config if key in NOT_OPTIONS])
+    return SimpleNamespace(**resolved.values, unknown_config_keys=unknown)
 
 
 def load(flags: list[Flag], validate: Callable, argv: list[str],
@@ -81,10 +87,6 @@ def options_with(flags: list[Flag], validate: Callable, overrides: dict) -> Simp
         setattr(opts, name, value)
     validate(opts)
     return opts
-
-
-# Flags NSQ's daemons define outside their Options struct, so /config does not know them.
-NOT_OPTIONS = ("version", "config", "verbose", "worker_id")
 
 
 def option_value(flags: list[Flag], opts, option: str):

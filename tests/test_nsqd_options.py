@@ -141,13 +141,21 @@ log_level = "WARN"
 log_prefix = "[x] "
 tcp_address = "127.0.0.1:4000"
 max_output_buffer_timeout = "1s"
-verbose = true
 """)
     opts = load_options([f"--config={path}"])
     assert (opts.node_id, opts.msg_timeout, opts.max_req_timeout, opts.max_msg_size) == (12, 120.0, 5.0, 2048)
     assert (opts.log_level, opts.log_prefix, opts.tcp_address) == ("warn", "[x] ", "127.0.0.1:4000")
-    assert (opts.max_output_buffer_timeout, opts.verbose) == (1.0, True)
+    assert opts.max_output_buffer_timeout == 1.0
     assert opts.unknown_config_keys == []
+
+
+def test_flags_outside_nsqs_options_have_no_config_key(tmp_path):
+    """As go-options: the file cannot set --version, --config, --verbose or --worker-id (NSQ's nsqd
+    starts with these keys, whatever their values); ours names them among the ignored keys."""
+    path = write_config(tmp_path, 'version = true\nverbose = "x"\nworker_id = 5\nconfig = 1\n')
+    opts = load_options([f"--config={path}"])
+    assert (opts.version, opts.verbose, opts.worker_id, opts.config) == (False, False, False, path)
+    assert opts.unknown_config_keys == ["config", "verbose", "version", "worker_id"]
 
 
 def test_flag_beats_config_beats_default(tmp_path):
