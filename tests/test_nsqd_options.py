@@ -158,6 +158,13 @@ def test_flags_outside_nsqs_options_have_no_config_key(tmp_path):
     assert opts.unknown_config_keys == ["config", "verbose", "version", "worker_id"]
 
 
+def test_queue_scan_config_keys(tmp_path):
+    path = write_config(tmp_path, "queue_scan_selection_count = 3\nqueue_scan_worker_pool_max = 0\n")
+    opts = load_options([f"--config={path}"])
+    assert (opts.queue_scan_selection_count, opts.queue_scan_worker_pool_max) == (3, 0)
+    assert opts.unknown_config_keys == []
+
+
 def test_flag_beats_config_beats_default(tmp_path):
     path = write_config(tmp_path, "id = 12\nmax_rdy_count = 50\n")
     opts = load_options(["--node-id=3", "--config", path])
