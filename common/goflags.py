@@ -14,7 +14,7 @@ serving/daemon.py; the utilities: nsqutils/flagset.py).
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .goquote import go_quote
 
@@ -147,8 +147,26 @@ def _parse_count(text: str) -> int:
 
 
 def _parse_floats(text: str) -> list[float]:
-    """A comma-separated list of floats (nsq's app.FloatArray)."""
-    return [parse_float(part) for part in text.split(",")]
+    """A comma-separated list of floats (nsq's app.FloatArray, whose Set ends the program on a bad
+    one with its own words, not the flag package's)."""
+    values = []
+    for part in text.split(","):
+        try:
+            values.append(parse_float(part))
+        except ValueError:
+            raise FlagError(f"Could not parse: {part}") from None
+    return values
+
+
+@dataclass(frozen=True)
+class GoValue:
+    """What makes a string flag one of NSQ's own flag.Values (lg.LogLevel, nsqd's tlsRequiredOption):
+    ``check`` is its Set, raising ValueError in NSQ's words; ``shown_default`` is its default as
+    its String() gives it in the usage (nothing shown when empty); an ``is_bool`` Value (Go's
+    IsBoolFlag) may be given bare, meaning ``true``, and shows no type in the usage."""
+    check: Callable[[str], Any]
+    shown_default: str = ""
+    is_bool: bool = False
 
 
 @dataclass(frozen=True)
@@ -164,6 +182,7 @@ class Flag:
     help: str
     cfg_key: str = ""
     duration_int_unit: float = 1e-3  # go-options reads a bare integer as this many seconds
+    go_value: GoValue | None = None  # a ``str`` flag NSQ defines as a flag.Value of its own
 
     @property
     def key(self) -> str:
@@ -208,6 +227,10 @@ def _set(flag: Flag, given: dict[str, Any], text: str) -> None:
             given.setdefault(flag.attr, flag.initial()).set_flag(text)
             return
         value = _CONVERT[flag.kind](text)
+        if flag.go_value:
+            flag.go_value.check(text)
+    except FlagError:
+        raise
     except ValueError as exc:
         raise FlagError(f"invalid value {go_quote(text)} for flag -{flag.name}: {exc}") from exc
     if flag.kind == "list":
@@ -216,6 +239,17 @@ def _set(flag: Flag, given: dict[str, Any], text: str) -> None:
         given[flag.attr] = sorted(given.get(flag.attr, []) + value, reverse=True)
     else:
         given[flag.attr] = value
+
+
+def _set_bool_value(flag: Flag, given: dict[str, Any], text: str | None) -> None:
+    """A Value that is a bool flag: bare means ``true``; its Set's error, as Go's flag package words it."""
+    try:
+        flag.go_value.check("true" if text is None else text)
+    except ValueError as exc:
+        if text is None:
+            raise FlagError(f"invalid boolean flag {flag.name}: {exc}") from None
+        raise FlagError(f"invalid boolean value {go_quote(text)} for -{flag.name}: {exc}") from None
+    given[flag.attr] = "true" if text is None else text
 
 
 def _set_bool(flag: Flag, given: dict[str, Any], text: str | None) -> None:
@@ -251,6 +285,9 @@ def parse(flags: list[Flag], argv: list[str]) -> Parsed:
             raise FlagError(f"flag provided but not defined: -{name}")
         if flag.kind == "bool":
             _set_bool(flag, given, value if equals else None)
+            continue
+        if flag.go_value and flag.go_value.is_bool:
+            _set_bool_value(flag, given, value if equals else None)
             continue
         if not equals:
             if not args:
@@ -339,6 +376,8 @@ def usage(program: str, flags: list[Flag]) -> str:
 
 def _describe(flag: Flag) -> str:
     help_text, arg_name = flag.help, _TYPE_NAMES.get(flag.kind, "value")
+    if flag.go_value:
+        arg_name = "" if flag.go_value.is_bool else "value"
     quoted = re.search(r"`([^`]*)`", help_text)
     if quoted:
         arg_name = quoted.group(1)
@@ -347,12 +386,15 @@ def _describe(flag: Flag) -> str:
     line = head + ("\t" if len(head) <= 4 else "\n    \t") + help_text.replace("\n", "\n    \t")
     default = _default_text(flag)
     if default is not None:
-        line += f" (default {go_quote(default)})" if flag.kind == "str" else f" (default {default})"
+        quoted = flag.kind == "str" and not flag.go_value
+        line += f" (default {go_quote(default)})" if quoted else f" (default {default})"
     return line
 
 
 def _default_text(flag: Flag) -> str | None:
     """The default as Go shows it, or None for the type's zero value (and for lists and Values)."""
+    if flag.go_value:
+        return flag.go_value.shown_default or None
     if flag.kind in ("list", "float_list", "value", "count") or flag.default in ("", 0, False):
         return None
     if flag.kind == "bool":

@@ -8,6 +8,15 @@ import time
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
           "error": logging.ERROR, "fatal": logging.CRITICAL}
+
+
+def parse_level(text: str) -> str:
+    """lg.ParseLogLevel: a level named in any case, as a key of LEVELS; ValueError in NSQ's words."""
+    if text.lower() not in LEVELS:
+        raise ValueError(f"invalid log level '{text}' (debug, info, warn, error, fatal)")
+    return text.lower()
+
+
 _NAMES = {logging.DEBUG: "DEBUG", logging.INFO: "INFO", logging.WARNING: "WARNING",
           logging.ERROR: "ERROR", logging.CRITICAL: "FATAL"}
 

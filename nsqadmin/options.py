@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 from common.goflags import Flag, FlagError, format_duration
-from serving.daemon import load, options_with
+from serving.daemon import LOG_LEVEL, config_level, load, options_with
 from serving.listeners import parse_address
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
@@ -19,7 +19,7 @@ _SPARK_MASTER = re.compile(r"local|local\[(?:[1-9][0-9]*|\*)\]"
 FLAGS = [
     Flag("config", "str", "", "path to config file"),
     Flag("version", "bool", False, "print version string"),
-    Flag("log-level", "str", "info", "set log verbosity: debug, info, warn, error, or fatal"),
+    Flag("log-level", "str", "info", "set log verbosity: debug, info, warn, error, or fatal", go_value=LOG_LEVEL),
     Flag("log-prefix", "str", "[nsqadmin] ", "log message prefix"),
     Flag("verbose", "bool", False, "[deprecated] has no effect, use --log-level"),
     Flag("http-address", "str", "0.0.0.0:4171", "<addr>:<port> to listen on for HTTP clients"),
@@ -120,10 +120,7 @@ def _check_history(opts: SimpleNamespace) -> None:
 
 
 def _validate(opts: SimpleNamespace) -> None:
-    level = opts.log_level.lower() if isinstance(opts.log_level, str) else opts.log_level
-    if level not in LOG_LEVELS:
-        raise FlagError(f"invalid log level {opts.log_level!r}: use one of {', '.join(LOG_LEVELS)}")
-    opts.log_level = level
+    opts.log_level = config_level(opts.log_level)
     if not opts.nsqd_http_address and not opts.lookupd_http_address:
         raise FlagError("--nsqd-http-address or --lookupd-http-address required")
     if opts.nsqd_http_address and opts.lookupd_http_address:

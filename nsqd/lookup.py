@@ -14,15 +14,29 @@ context), which a client per query spent on the event loop at every topic creati
 """
 
 import logging
+from urllib.parse import urlencode
 
 import httpx
 import trio
 
 from common.names import is_ephemeral
+from common.protocol_v1 import Register, Unregister
 
-from .lookup_peer import LookupPeer
+from .lookup_peer import LookupPeer, command_text, dial_error_text
 
 log = logging.getLogger("nsqd")
+
+
+def join_host_port(host: str, port) -> str:
+    """Go's net.JoinHostPort: an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _query_error_text(exc: Exception) -> str:
+    if isinstance(exc, httpx.ConnectError):
+        url = exc.request.url
+        return dial_error_text(join_host_port(url.host, url.port), exc)
+    return str(exc) or type(exc).__name__
 
 
 class Lookup:
@@ -53,8 +67,11 @@ class Lookup:
         """Whether any lookupd is connected (and so can be asked about channels)."""
         return any(peer.info for peer in self.peers.values())
 
-    def notify(self, command) -> None:
+    def notify(self, command: Register | Unregister) -> None:
+        """Forward a registration change to every peer, logged per peer as nsqd's lookupLoop does."""
+        branch = "channel" if command.channel else "topic"
         for peer in self.peers.values():
+            log.info("LOOKUPD(%s): %s %s", peer.address, branch, command_text(command))
             peer.command(command)
 
     async def _keep_http_client(self) -> None:
@@ -71,25 +88,33 @@ class Lookup:
                 await client.aclose()
 
     async def cluster_channels(self, topic: str) -> list[str]:
-        """The non-ephemeral channels the connected lookupds know for ``topic``, sorted."""
-        urls = [f"http://{peer.info['broadcast_address']}:{peer.info['http_port']}/channels"
-                for peer in self.peers.values() if peer.info]
+        """The non-ephemeral channels the connected lookupds know for ``topic``, sorted. The
+        lookupds that could not say are named in one warning, as nsqd's GetTopic does."""
+        query = urlencode({"topic": topic})
+        urls = [f"http://{join_host_port(peer.info['broadcast_address'], peer.info['http_port'])}/channels?{query}"
+                for peer in self.peers.values() if peer.info and peer.info.get("broadcast_address")]
         await self._http_made.wait()
         found: set[str] = set()
+        errors: list[str] = []
 
         async def ask(url: str) -> None:
+            log.info("CI: querying nsqlookupd %s", url)
             try:
-                response = await self._http.get(url, params={"topic": topic})
+                response = await self._http.get(url)
                 response.raise_for_status()
                 channels = response.json().get("channels") or []
             except (httpx.HTTPError, ValueError, AttributeError) as exc:
-                log.warning("LOOKUPD: failed to query %s for topic %s channels - %s", url, topic, exc)
+                errors.append(f'Get "{url}": {_query_error_text(exc)}')
                 return
             found.update(name for name in channels if isinstance(name, str) and not is_ephemeral(name))
 
         async with trio.open_nursery() as nursery:
             for url in urls:
                 nursery.start_soon(ask, url)
+        if errors:
+            none = "failed to query any nsqlookupd: " if len(errors) == len(urls) else ""
+            log.warning("failed to query nsqlookupd for channels to pre-create for topic %s - %s%s",
+                        topic, none, "\n".join(errors))
         return sorted(found)
 
     async def prepare_topic(self, topic) -> None:

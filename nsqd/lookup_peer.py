@@ -6,16 +6,22 @@ they come and PING every 15 s. Any failure (refused, timed out, an error reply, 
 closed connection) drops the connection; the peer reconnects with exponential backoff
 and registers everything again, since nsqlookupd forgot all of it when the connection
 went. Commands that arrive while disconnected are dropped for the same reason.
+
+The log lines are nsqd's (nsqd/lookup.go, nsqd/lookup_peer.go): ``LOOKUP connecting to ADDR``
+at each dial, ``LOOKUPD(ADDR): peer info {TCPPort:.. HTTPPort:.. Version:.. BroadcastAddress:..}``
+(Go's %+v of its peerInfo struct), each re-registration as ``LOOKUPD(ADDR): REGISTER t c``, the
+heartbeat at debug level, and a failure as ``LOOKUPD(ADDR): <command> - <error>``.
 """
 
 import json
 import logging
 import math
+import os
 
 import trio
 
 from common import protocol_v1
-from common.protocol_v1 import MAGIC_V1, Identify, Ping, ResponseReader
+from common.protocol_v1 import MAGIC_V1, Command, Identify, Ping, ResponseReader
 
 log = logging.getLogger("nsqd")
 
@@ -36,11 +42,41 @@ SESSION_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, t
                   protocol_v1.ResponseError, LookupPeerError, ValueError)
 
 
+def command_text(command: Command) -> str:
+    """A command as go-nsq's Command.String() gives it to nsqd's log: ``REGISTER t c``, ``PING``."""
+    if isinstance(command, Identify):
+        return "IDENTIFY"
+    return command.to_bytes().decode("utf-8", "replace").rstrip("\n")
+
+
+def peer_info_text(info: dict) -> str:
+    """nsqlookupd's IDENTIFY answer as nsqd logs it: its peerInfo struct through Go's %+v."""
+    return (f"{{TCPPort:{info.get('tcp_port', 0)} HTTPPort:{info.get('http_port', 0)} "
+            f"Version:{info.get('version', '')} BroadcastAddress:{info.get('broadcast_address', '')}}}")
+
+
+def _errno(exc: BaseException | None) -> int | None:
+    """The first OS error number among an exception's causes (trio wraps connect failures in a group)."""
+    while exc is not None:
+        for inner in getattr(exc, "exceptions", None) or [exc]:
+            if isinstance(getattr(inner, "errno", None), int) and inner.errno > 0:
+                return inner.errno
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def dial_error_text(address: str, exc: BaseException) -> str:
+    """A failed connect in Go's net package's words: ``dial tcp ADDR: connect: connection refused``."""
+    errno = _errno(exc)
+    return f"dial tcp {address}: connect: {os.strerror(errno).lower()}" if errno else f"dial tcp {address}: {exc}"
+
+
 class LookupPeer:
     def __init__(self, address: str, nsqd):
         self.address = address
         self.nsqd = nsqd
         self.info: dict | None = None  # nsqlookupd's IDENTIFY answer while connected
+        self._awaiting: Command | None = None  # the command whose answer is due, named in errors
         self._commands_in, self._commands_out = trio.open_memory_channel(math.inf)
         self._scope = trio.CancelScope()
 
@@ -62,7 +98,10 @@ class LookupPeer:
                 try:
                     await self._session()
                 except* SESSION_ERRORS as group:
-                    log.error("LOOKUPD(%s): %s", self.address, group.exceptions[0] or type(group.exceptions[0]).__name__)
+                    error = group.exceptions[0]
+                    doing = f"{command_text(self._awaiting)} - " if self._awaiting else ""
+                    log.error("LOOKUPD(%s): %s%s", self.address, doing, error or type(error).__name__)
+                self._awaiting = None
                 if self.info is not None:
                     backoff = BACKOFF_START
                 self.info = None
@@ -71,22 +110,48 @@ class LookupPeer:
 
     async def _session(self) -> None:
         host, _, port = self.address.rpartition(":")
-        with trio.fail_after(DIAL_TIMEOUT):
-            stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
+        log.info("LOOKUP connecting to %s", self.address)
+        try:
+            with trio.fail_after(DIAL_TIMEOUT):
+                stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
+        except trio.TooSlowError:
+            raise LookupPeerError(f"dial tcp {self.address}: i/o timeout") from None
+        except OSError as exc:
+            raise LookupPeerError(dial_error_text(self.address, exc)) from exc
         async with stream, trio.open_nursery() as nursery:
             answers_in, answers = trio.open_memory_channel(math.inf)
             # nsqlookupd only ever answers; reading all the time notices a closed connection at once
             nursery.start_soon(self._read_answers, stream, answers_in)
-            await stream.send_all(MAGIC_V1 + Identify(self.nsqd.lookup_identity()).to_bytes())
-            self.info = json.loads(await self._answer(answers))
-            log.info("LOOKUPD(%s): peer info %s", self.address, self.info)
+            identify = Identify(self.nsqd.lookup_identity())
+            self._awaiting = identify
+            await stream.send_all(MAGIC_V1 + identify.to_bytes())
+            self.info = self._peer_info(await self._answer(answers))
+            self._awaiting = None
             while True:  # anything queued before this connection is superseded by the full state
                 try:
                     self._commands_out.receive_nowait()
                 except trio.WouldBlock:
                     break
-            await self._send_all(stream, answers, self.nsqd.registrations())
+            registrations = self.nsqd.registrations()
+            for command in registrations:
+                log.info("LOOKUPD(%s): %s", self.address, command_text(command))
+            await self._send_all(stream, answers, registrations)
             await self._serve_commands(stream, answers)
+
+    def _peer_info(self, answer: bytes) -> dict:
+        """nsqlookupd's IDENTIFY answer, logged; LookupPeerError if it is not one."""
+        if protocol_v1.is_error(answer):
+            raise LookupPeerError(answer.decode(errors="replace"))
+        try:
+            info = json.loads(answer)
+        except ValueError:
+            info = None
+        if not isinstance(info, dict):
+            raise LookupPeerError(f"parsing response - {answer.decode(errors='replace')}")
+        log.info("LOOKUPD(%s): peer info %s", self.address, peer_info_text(info))
+        if not info.get("broadcast_address"):
+            log.error("LOOKUPD(%s): no broadcast address", self.address)
+        return info
 
     async def _read_answers(self, stream, answers_in) -> None:
         reader = ResponseReader(self.nsqd.opts.max_body_size)
@@ -108,17 +173,22 @@ class LookupPeer:
                     commands.append(self._commands_out.receive_nowait())
                 except trio.WouldBlock:
                     break
+            if not commands:
+                log.debug("LOOKUPD(%s): sending heartbeat", self.address)
             await self._send_all(stream, answers, commands or [Ping()])
 
     async def _send_all(self, stream, answers, commands: list) -> None:
         """Send commands in one write, then take one answer each; an error answer ends the session."""
         if not commands:
             return
+        self._awaiting = commands[0]
         await stream.send_all(b"".join(command.to_bytes() for command in commands))
         for command in commands:
+            self._awaiting = command
             answer = await self._answer(answers)
             if protocol_v1.is_error(answer):
-                raise LookupPeerError(f"{type(command).__name__} failed: {answer.decode(errors='replace')}")
+                raise LookupPeerError(answer.decode(errors="replace"))
+        self._awaiting = None
 
     @staticmethod
     async def _answer(answers) -> bytes:

@@ -117,6 +117,7 @@ class NSQD:
                 self._begin_exit()
                 nursery.cancel_scope.cancel()
             self._close_queues()
+            log.info("LOOKUP: closing")  # as nsqd's lookupLoop ends (the peers ended with the nursery)
         finally:
             self.tcp.close()
             self._lock.release()
@@ -306,10 +307,10 @@ class NSQD:
         if topic is None:
             return False
         self._stop_task(topic)
+        self.lookup.notify(Unregister(name))  # before its channels', as nsqd's Topic.exit
         topic.delete()
         self.message_ttl.forget_topic(topic)
         self.deferred_store.deleted(topic)
-        self.lookup.notify(Unregister(name))
         log.info("TOPIC(%s): deleted", name)
         if not topic.ephemeral:
             self.persist_metadata()

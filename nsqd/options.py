@@ -5,8 +5,9 @@ import socket
 import zlib
 from types import SimpleNamespace
 
-from common.goflags import Flag, FlagError, parse_bool
-from serving.daemon import load, options_with
+from common.goflags import Flag, FlagError, GoValue, parse_bool
+from common.goquote import go_quote
+from serving.daemon import LOG_LEVEL, config_level, load, options_with
 from serving.listeners import parse_address
 
 from .dead_letter import MAX_LIMIT, check_pattern
@@ -21,15 +22,40 @@ def default_node_id(hostname: str | None = None) -> int:
     return zlib.crc32(digest) % 1024
 
 
+# --tls-required as nsqd holds it (nsqd/options.go), and --tls-min-version as Go's tls.Version*.
+TLS_NOT_REQUIRED, TLS_REQUIRED_EXCEPT_HTTP, TLS_REQUIRED = 0, 1, 2
+TLS_VERSIONS = {"tls1.0": 0x0301, "tls1.1": 0x0302, "tls1.2": 0x0303, "tls1.3": 0x0304}
+
+
+def _parse_tls_required(text: str) -> int:
+    """nsqd's tlsRequiredOption.Set: ``tcp-https`` or a strconv.ParseBool boolean, in any case."""
+    text = text.lower()
+    if text == "tcp-https":
+        return TLS_REQUIRED_EXCEPT_HTTP
+    try:
+        return TLS_REQUIRED if parse_bool(text) else TLS_NOT_REQUIRED
+    except FlagError:
+        raise ValueError(f"strconv.ParseBool: parsing {go_quote(text)}: invalid syntax") from None
+
+
+def _parse_tls_min_version(text: str) -> int:
+    """nsqd's tlsMinVersionOption.Set: a version named in any case; empty keeps the default."""
+    text = text.lower()
+    if text and text not in TLS_VERSIONS:
+        raise ValueError(f"unknown tlsVersionOption {go_quote(text)}")
+    return TLS_VERSIONS.get(text, TLS_VERSIONS["tls1.0"])
+
+
 FLAGS = [
     Flag("version", "bool", False, "print version string"),
     Flag("config", "str", "", "path to config file"),
-    Flag("log-level", "str", "info", "set log verbosity: debug, info, warn, error, or fatal"),
+    Flag("log-level", "str", "info", "set log verbosity: debug, info, warn, error, or fatal", go_value=LOG_LEVEL),
     Flag("log-prefix", "str", "[nsqd] ", "log message prefix"),
     Flag("verbose", "bool", False, "[deprecated] has no effect, use --log-level"),
     Flag("node-id", "int", default_node_id(), "unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)", cfg_key="id"),
-    Flag("tcp-address", "str", "0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients"),
-    Flag("http-address", "str", "0.0.0.0:4151", "<addr>:<port> to listen on for HTTP clients"),
+    Flag("worker-id", "bool", False, "[deprecated] use --node-id"),
+    Flag("tcp-address", "str", "0.0.0.0:4150", "address to listen on for TCP clients (<addr>:<port> for TCP/IP or <path> for unix socket)"),
+    Flag("http-address", "str", "0.0.0.0:4151", "address to listen on for HTTP clients (<addr>:<port> for TCP/IP or <path> for unix socket)"),
     Flag("broadcast-address", "str", socket.gethostname(), "address that will be registered with lookupd (defaults to the OS hostname)"),
     Flag("broadcast-tcp-port", "int", 0, "TCP port that will be registered with lookupd (defaults to the TCP port that this nsqd is listening on)"),
     Flag("broadcast-http-port", "int", 0, "HTTP port that will be registered with lookupd (defaults to the HTTP port that this nsqd is listening on)"),
@@ -41,6 +67,9 @@ FLAGS = [
     Flag("max-bytes-per-file", "int", 100 * 1024 * 1024, "number of bytes per diskqueue file before rolling"),
     Flag("sync-every", "int", 2500, "number of messages per diskqueue fsync"),
     Flag("sync-timeout", "duration", 2.0, "duration of time per diskqueue fsync"),
+    # accepted and shown in /config, but each timeout here fires on its own (README "Deliberate differences")
+    Flag("queue-scan-worker-pool-max", "int", 4, "max concurrency for checking in-flight and deferred message timeouts"),
+    Flag("queue-scan-selection-count", "int", 20, "number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts"),
     Flag("msg-timeout", "duration", 60.0, "default duration to wait before auto-requeing a message"),
     Flag("max-msg-timeout", "duration", 15 * 60.0, "maximum duration before a message will timeout"),
     Flag("max-msg-size", "int", 1024 * 1024, "maximum size of a single message in bytes"),
@@ -68,8 +97,10 @@ FLAGS = [
     Flag("tls-key", "str", "", "path to key file"),
     Flag("tls-client-auth-policy", "str", "", "client certificate auth policy ('require' or 'require-verify')"),
     Flag("tls-root-ca-file", "str", "", "path to certificate authority file"),
-    Flag("tls-required", "str", "false", "require TLS for client connections (true, false, tcp-https)"),
-    Flag("tls-min-version", "str", "tls1.0", "minimum SSL/TLS version acceptable ('tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')"),
+    Flag("tls-required", "str", "false", "require TLS for client connections (true, false, tcp-https)",
+         go_value=GoValue(_parse_tls_required, is_bool=True)),
+    Flag("tls-min-version", "str", "tls1.0", "minimum SSL/TLS version acceptable ('ssl3.0', 'tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')",
+         go_value=GoValue(_parse_tls_min_version, "tls1.0")),
     Flag("deflate", "bool", True, "enable deflate feature negotiation (client compression)"),
     Flag("max-deflate-level", "int", 6, "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)"),
     Flag("snappy", "bool", True, "enable snappy feature negotiation (client compression)"),
@@ -84,11 +115,6 @@ FLAGS = [
     Flag("e2e-processing-latency-window-time", "duration", 600.0, "calculate end to end latency quantiles for this duration of time (ie: 60s would only show quantile calculations from the past 60 seconds)"),
 ]
 
-# --tls-required as nsqd holds it (nsqd/options.go), and --tls-min-version as Go's tls.Version*.
-TLS_NOT_REQUIRED, TLS_REQUIRED_EXCEPT_HTTP, TLS_REQUIRED = 0, 1, 2
-TLS_VERSIONS = {"tls1.0": 0x0301, "tls1.1": 0x0302, "tls1.2": 0x0303, "tls1.3": 0x0304}
-_BOOL_FLAG_VALUES = ("-tls-required", "--tls-required")  # a bool flag that also takes a word
-
 # Options without flags (nsqd/options.go NewOptions).
 CLIENT_TIMEOUT = 60.0
 DEFAULT_HEARTBEAT_INTERVAL = CLIENT_TIMEOUT / 2
@@ -97,13 +123,13 @@ DEFAULT_HEARTBEAT_INTERVAL = CLIENT_TIMEOUT / 2
 def _validate(opts: SimpleNamespace) -> None:
     if not 0 <= opts.node_id < 1024:
         raise FlagError(f"--node-id must be [0,1024), got {opts.node_id}")
-    opts.log_level = opts.log_level.lower()
-    if opts.log_level not in LOG_LEVELS:
-        raise FlagError(f"invalid log level {opts.log_level!r}: use one of {', '.join(LOG_LEVELS)}")
+    opts.log_level = config_level(opts.log_level)
     for name in ("max_msg_size", "max_body_size", "max_rdy_count", "max_output_buffer_size",
                  "max_bytes_per_file", "sync_every"):
         if getattr(opts, name) <= 0:
             raise FlagError(f"--{name.replace('_', '-')} must be greater than 0, got {getattr(opts, name)}")
+    if opts.queue_scan_selection_count < 0:  # NSQ's queueScanLoop panics (makechan: size out of range)
+        raise FlagError(f"--queue-scan-selection-count must be 0 or more, got {opts.queue_scan_selection_count}")
     if opts.mem_queue_size < 0:
         raise FlagError(f"--mem-queue-size must be 0 or more, got {opts.mem_queue_size}")
     if not 0 <= opts.max_attempts <= MAX_LIMIT:
@@ -134,34 +160,21 @@ def _validate(opts: SimpleNamespace) -> None:
     _validate_statsd_and_e2e(opts)
 
 
-def _tls_required(value) -> int:
-    if isinstance(value, bool):
-        return TLS_REQUIRED if value else TLS_NOT_REQUIRED
-    if isinstance(value, int):
+def _as_held(value, parse, key: str) -> int:
+    """A Value option as nsqd holds it (a number, as given when embedding). A flag's was checked as
+    it was parsed, so a bad one came from the config file, refused in NSQ's words."""
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
-    text = value.lower()
-    if text == "tcp-https":
-        return TLS_REQUIRED_EXCEPT_HTTP
     try:
-        return TLS_REQUIRED if parse_bool(text) else TLS_NOT_REQUIRED
-    except FlagError as exc:
-        raise FlagError(f"--tls-required: {exc}") from None
-
-
-def _tls_min_version(value) -> int:
-    if isinstance(value, int):
-        return value
-    if not value:
-        return TLS_VERSIONS["tls1.0"]
-    if value.lower() not in TLS_VERSIONS:
-        raise FlagError(f"--tls-min-version: unknown tlsVersionOption {value!r}")
-    return TLS_VERSIONS[value.lower()]
+        return parse(str(value))
+    except ValueError:
+        raise FlagError(f"failed parsing {key} {value}") from None
 
 
 def _validate_security(opts: SimpleNamespace) -> None:
     """nsqd.New's checks: a bad --max-deflate-level, or TLS required with no cert and key, stop nsqd."""
-    opts.tls_required = _tls_required(opts.tls_required)
-    opts.tls_min_version = _tls_min_version(opts.tls_min_version)
+    opts.tls_required = _as_held(opts.tls_required, _parse_tls_required, "tls_required")
+    opts.tls_min_version = _as_held(opts.tls_min_version, _parse_tls_min_version, "tls_min_version")
     if not 1 <= opts.max_deflate_level <= 9:
         raise FlagError("--max-deflate-level must be [1,9]")
     opts.auth_http_request_method = opts.auth_http_request_method.lower()
@@ -204,7 +217,6 @@ def _tls_required_as_text(config: dict) -> dict:
 
 def load_options(argv: list[str]) -> SimpleNamespace:
     """Resolve flags, config file and defaults into validated options, or raise FlagError."""
-    argv = [f"{arg}=true" if arg in _BOOL_FLAG_VALUES else arg for arg in argv]
     return load(FLAGS, _validate, argv, _tls_required_as_text)
 
 

@@ -3,16 +3,14 @@
 import socket
 from types import SimpleNamespace
 
-from common.goflags import Flag, FlagError
-from serving.daemon import load, options_with
+from common.goflags import Flag
+from serving.daemon import LOG_LEVEL, config_level, load, options_with
 from serving.listeners import parse_address
-
-LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
 
 FLAGS = [
     Flag("version", "bool", False, "print version string"),
     Flag("config", "str", "", "path to config file"),
-    Flag("log-level", "str", "info", "set log verbosity: debug, info, warn, error, or fatal"),
+    Flag("log-level", "str", "info", "set log verbosity: debug, info, warn, error, or fatal", go_value=LOG_LEVEL),
     Flag("log-prefix", "str", "[nsqlookupd] ", "log message prefix"),
     Flag("verbose", "bool", False, "[deprecated] has no effect, use --log-level"),
     Flag("tcp-address", "str", "0.0.0.0:4160", "<addr>:<port> to listen on for TCP clients"),
@@ -26,10 +24,7 @@ FLAGS = [
 
 
 def _validate(opts: SimpleNamespace) -> None:
-    level = opts.log_level.lower() if isinstance(opts.log_level, str) else opts.log_level
-    if level not in LOG_LEVELS:
-        raise FlagError(f"invalid log level {opts.log_level!r}: use one of {', '.join(LOG_LEVELS)}")
-    opts.log_level = level
+    opts.log_level = config_level(opts.log_level)
     parse_address(opts.tcp_address, "--tcp-address")
     parse_address(opts.http_address, "--http-address")
 

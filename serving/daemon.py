@@ -20,10 +20,23 @@ from typing import Callable
 import trio
 
 from common import VERSION, lg
-from common.goflags import Flag, FlagError, HelpRequested, parse_args, resolve, usage
+from common.goflags import Flag, FlagError, GoValue, HelpRequested, parse_args, resolve, usage
 
 from .collector import tune_for_a_daemon
 from .logs import nsq_logger
+
+
+# --log-level, NSQ's lg.LogLevel flag.Value: checked as it is parsed, shown as `value` (default INFO).
+LOG_LEVEL = GoValue(lg.parse_level, "INFO")
+
+
+def config_level(value: str) -> str:
+    """The resolved --log-level in lower case. A flag's was checked as it was parsed, so a bad one
+    came from the config file, refused in NSQ's words."""
+    try:
+        return lg.parse_level(str(value))
+    except ValueError:
+        raise FlagError(f"failed parsing log_level {value}") from None
 
 
 def read_config(path: str) -> dict:
@@ -39,9 +52,15 @@ def read_config(path: str) -> dict:
         raise FlagError(f"failed to load config file {path}: {exc}") from exc
 
 
+# Flags NSQ's daemons define outside their Options struct: go-options reads no config-file key
+# for them (``version = true`` in the file does nothing), and /config does not know them.
+NOT_OPTIONS = ("version", "config", "verbose", "worker_id")
+
+
 def resolved_options(flags: list[Flag], given: dict, config: dict) -> SimpleNamespace:
-    resolved = resolve(flags, given, config)
-    return SimpleNamespace(**resolved.values, unknown_config_keys=resolved.unknown_config_keys)
+    resolved = resolve(flags, given, {key: value for key, value in config.items() if key not in NOT_OPTIONS})
+    unknown = sorted(resolved.unknown_config_keys + [key for key in config if key in NOT_OPTIONS])
+    return SimpleNamespace(**resolved.values, unknown_config_keys=unknown)
 
 
 def load(flags: list[Flag], validate: Callable, argv: list[str],
@@ -68,10 +87,6 @@ def options_with(flags: list[Flag], validate: Callable, overrides: dict) -> Simp
         setattr(opts, name, value)
     validate(opts)
     return opts
-
-
-# Flags NSQ's daemons define outside their Options struct, so /config does not know them.
-NOT_OPTIONS = ("version", "config", "verbose")
 
 
 def option_value(flags: list[Flag], opts, option: str):

@@ -11,6 +11,8 @@ run under the same process helpers, with the same attributes (``tcp_port``, ``ht
 
 import os
 import platform
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,30 @@ class GoAdminProcess(DaemonProcess):
         super().__init__("nsqadmin", ["--http-address=127.0.0.1:0", *args], ("HTTP",), [go_program("nsqadmin")])
         self.http_port = self.ports["HTTP"]
         self.url = f"http://127.0.0.1:{self.http_port}"
+
+
+def usage_by_flag(text: str) -> dict[str, str]:
+    """A ``-h`` usage (Go's PrintDefaults) cut into each flag's lines, by flag name."""
+    blocks: dict[str, str] = {}
+    for line in text.splitlines()[1:]:
+        if line.startswith("  -"):
+            name = line.split()[0][1:]
+            blocks[name] = line
+        else:
+            blocks[name] += "\n" + line
+    return blocks
+
+
+def go_usage(program: str) -> dict[str, str]:
+    """NSQ's program's ``-help``, by flag name."""
+    return usage_by_flag(subprocess.run([go_program(program), "-help"], capture_output=True, text=True,
+                                        timeout=15).stderr)
+
+
+def parse_outcome(command: list[str], args: list[str], program: str) -> tuple[bool, str]:
+    """Whether a daemon takes these flags (``--version`` goes first: NSQ's daemons and ours stop
+    right after parsing them), else its first error line without our ``<program>: `` prefix or Go's
+    log.Fatalf time stamp. Leave no argument after the flags: ours refuses it, NSQ's ignores it."""
+    result = subprocess.run([*command, "--version", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    line = (result.stderr.splitlines() or [""])[0].removeprefix(f"{program}: ")
+    return result.returncode == 0, re.sub(r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d ", "", line)

@@ -238,7 +238,8 @@ def test_stats_of_producers_filtered_by_topic(pair):
 
 CONFIG_NAMES = sorted({flag.key for flag in NSQD_FLAGS} | {
     "nsqlookupd_tcp_addresses", "auth_http_addresses", "e2e_processing_latency_percentiles", "lookupd_tcp_address",
-    "logger", "Logger", "LogLevel", "bogus", "tls_required", "version", "config", "verbose", "HTTPAddress"})
+    "logger", "Logger", "LogLevel", "bogus", "tls_required", "version", "config", "verbose", "HTTPAddress",
+    "queue_scan_interval", "queue_scan_dirty_percent"})
 _BEYOND_NSQ_OPTIONS = {"msg_ttl", "max_attempts", "dead_letter_topic", "persist_deferred", "http_auth_required",
                        "auth_http_request_method", "io_backend"}
 

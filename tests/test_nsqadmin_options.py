@@ -15,6 +15,7 @@ from nsqadmin.nsqadmin import bind
 from nsqadmin.options import load_options, normalize_base_path
 
 from .admin_helpers import AdminProcess
+from .go_nsq import go_program, go_usage, parse_outcome, requires_go, usage_by_flag
 from .helpers import ROOT
 
 
@@ -82,6 +83,28 @@ def test_version_and_usage():
                  "-notification-http-endpoint string", "-allow-config-from-cidr string", "-acl-http-header string",
                  "-http-client-tls-root-ca-file string", "-graphite-url string", "-statsd-interval duration"):
         assert flag in usage.stderr, flag
+
+
+# Ours only (README "Beyond NSQ"): the live tail, the secret for nsqd's HTTP auth, the stats history.
+OURS_ONLY = {"enable-live-tail", "nsqd-auth-secret", "rollup-interval", "spark-master", "stats-dir",
+             "stats-interval", "stats-retention"}
+
+
+@requires_go
+def test_usage_is_nsqs_for_every_flag_nsq_has():
+    ours, theirs = usage_by_flag(run("-help").stderr), go_usage("nsqadmin")
+    assert set(ours) - set(theirs) == OURS_ONLY and set(theirs) <= set(ours)
+    assert {name: ours[name] for name in theirs} == theirs
+
+
+@requires_go
+@pytest.mark.parametrize("args", [
+    ["--log-level=ERROR"], ["--log-level=loud"], ["--log-level"], ["--proxy-graphite=yes"],
+    ["--statsd-interval=5"], ["--lookupd-http-address"], ["--base-path="], ["--worker-id"],
+])
+def test_the_same_flags_are_accepted_and_refused_as_by_nsqs(args):
+    ours = parse_outcome([sys.executable, "-m", "nsqadmin"], args, "nsqadmin")
+    assert ours == parse_outcome([go_program("nsqadmin")], args, "nsqadmin")
 
 
 def test_a_port_in_use_is_a_start_up_error():

@@ -217,6 +217,18 @@ async def test_pub_with_defer_delivers_after_the_delay(nsqd, http):
     assert (await channel_stats(http, "t", "c"))["deferred_count"] == 0
 
 
+async def test_the_queue_scan_flags_change_nothing(start_nsqd):
+    """README "Deliberate differences": NSQ with --queue-scan-selection-count=0 never delivers a
+    deferred message nor times out one in flight; here each deadline has its own timer."""
+    nsqd = await start_nsqd(queue_scan_selection_count=0, queue_scan_worker_pool_max=0, msg_timeout=0.3)
+    client = await consumer(nsqd)
+    async with http_client(nsqd) as http:
+        assert (await http.post("/pub?topic=t&defer=100", content=b"later")).status_code == 200
+        first = await client.read_message(timeout=5.0)
+        again = await client.read_message(timeout=5.0)  # not FINished: its msg_timeout passed
+    assert (first.body, again.body, again.attempts) == (b"later", b"later", 2)
+
+
 async def test_pub_with_defer_zero_delivers_at_once(nsqd, http):
     client = await consumer(nsqd)
     assert (await http.post("/pub?topic=t&defer=0", content=b"now")).status_code == 200
@@ -630,7 +642,8 @@ async def test_config_put_other_options_is_invalid_option(http, option):
     assert_error(await http.put(f"/config/{option}", content=b"5"), 400, "INVALID_OPTION")
 
 
-@pytest.mark.parametrize("option", ["nosuch", "log-level", "LOG_LEVEL", "node_id", "version", "config", "verbose"])
+@pytest.mark.parametrize("option", ["nosuch", "log-level", "LOG_LEVEL", "node_id", "version", "config", "verbose",
+                                    "worker_id", "queue_scan_interval"])
 async def test_config_get_unknown_option(http, option):
     assert_error(await http.get(f"/config/{option}"), 400, "INVALID_OPTION")
 

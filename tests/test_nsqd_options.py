@@ -14,6 +14,8 @@ from nsqd.options import (
     CLIENT_TIMEOUT, DEFAULT_HEARTBEAT_INTERVAL, FLAGS, default_node_id, default_options, load_options, parse_address,
 )
 
+from .go_nsq import go_program, go_usage, parse_outcome, requires_go, usage_by_flag
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # NSQ v1.3.0's defaults (apps/nsqd/options.go, nsqd/options.go NewOptions); durations in seconds.
@@ -23,6 +25,7 @@ NSQ_DEFAULTS = {
     "log_level": "info",
     "log_prefix": "[nsqd] ",
     "verbose": False,
+    "worker_id": False,
     "tcp_address": "0.0.0.0:4150",
     "http_address": "0.0.0.0:4151",
     "broadcast_address": socket.gethostname(),
@@ -36,6 +39,8 @@ NSQ_DEFAULTS = {
     "max_bytes_per_file": 104857600,
     "sync_every": 2500,
     "sync_timeout": 2.0,
+    "queue_scan_worker_pool_max": 4,
+    "queue_scan_selection_count": 20,
     "msg_timeout": 60.0,
     "max_msg_timeout": 900.0,
     "max_msg_size": 1048576,
@@ -137,12 +142,27 @@ log_level = "WARN"
 log_prefix = "[x] "
 tcp_address = "127.0.0.1:4000"
 max_output_buffer_timeout = "1s"
-verbose = true
 """)
     opts = load_options([f"--config={path}"])
     assert (opts.node_id, opts.msg_timeout, opts.max_req_timeout, opts.max_msg_size) == (12, 120.0, 5.0, 2048)
     assert (opts.log_level, opts.log_prefix, opts.tcp_address) == ("warn", "[x] ", "127.0.0.1:4000")
-    assert (opts.max_output_buffer_timeout, opts.verbose) == (1.0, True)
+    assert opts.max_output_buffer_timeout == 1.0
+    assert opts.unknown_config_keys == []
+
+
+def test_flags_outside_nsqs_options_have_no_config_key(tmp_path):
+    """As go-options: the file cannot set --version, --config, --verbose or --worker-id (NSQ's nsqd
+    starts with these keys, whatever their values); ours names them among the ignored keys."""
+    path = write_config(tmp_path, 'version = true\nverbose = "x"\nworker_id = 5\nconfig = 1\n')
+    opts = load_options([f"--config={path}"])
+    assert (opts.version, opts.verbose, opts.worker_id, opts.config) == (False, False, False, path)
+    assert opts.unknown_config_keys == ["config", "verbose", "version", "worker_id"]
+
+
+def test_queue_scan_config_keys(tmp_path):
+    path = write_config(tmp_path, "queue_scan_selection_count = 3\nqueue_scan_worker_pool_max = 0\n")
+    opts = load_options([f"--config={path}"])
+    assert (opts.queue_scan_selection_count, opts.queue_scan_worker_pool_max) == (3, 0)
     assert opts.unknown_config_keys == []
 
 
@@ -165,7 +185,11 @@ def test_node_id_is_not_a_config_key_and_is_reported(tmp_path):
     ("id = 1.5\n", "config key 'id': invalid value 1.5 for a int option"),
     ('msg_timeout = "10x"\n', "config key 'msg_timeout': time: unknown unit \"x\" in duration \"10x\""),
     ("msg_timeout = true\n", "config key 'msg_timeout': invalid value True"),
-    ('log_level = "loud"\n', "invalid log level 'loud'"),
+    ('log_level = "loud"\n', "failed parsing log_level loud"),
+    ('tls_required = "maybe"\n', "failed parsing tls_required maybe"),
+    ('tls_min_version = "tls9"\n', "failed parsing tls_min_version tls9"),
+    ('queue_scan_selection_count = "x"\n', "config key 'queue_scan_selection_count': invalid value 'x' for a int option"),
+    ("queue_scan_selection_count = -1\n", "--queue-scan-selection-count must be 0 or more, got -1"),
     ("max_msg_size = 0\n", "--max-msg-size must be greater than 0, got 0"),
     ("tcp_address = 4150\n", "config key 'tcp_address': invalid value 4150 for a str option"),
 ])
@@ -193,7 +217,9 @@ def test_unreadable_toml(tmp_path, content):
 @pytest.mark.parametrize("argv, message", [
     (["--node-id=1024"], "--node-id must be [0,1024), got 1024"),
     (["--node-id=-1"], "--node-id must be [0,1024), got -1"),
-    (["--log-level=verbose"], "invalid log level 'verbose': use one of debug, info, warn, error, fatal"),
+    (["--log-level=verbose"], "invalid value \"verbose\" for flag -log-level: invalid log level 'verbose' "
+                              "(debug, info, warn, error, fatal)"),
+    (["--queue-scan-selection-count=-1"], "--queue-scan-selection-count must be 0 or more, got -1"),
     (["--max-msg-size=0"], "--max-msg-size must be greater than 0, got 0"),
     (["--max-body-size=-1"], "--max-body-size must be greater than 0, got -1"),
     (["--max-rdy-count=0"], "--max-rdy-count must be greater than 0, got 0"),
@@ -280,3 +306,37 @@ def test_nsqd_version_exits_0_even_with_a_missing_config():
     assert result.returncode == 0
     assert result.stdout.startswith("nsqd v1.3.0 (built w/")
     assert result.stderr == ""
+
+
+# -- beside NSQ's nsqd ----------------------------------------------------------------------
+
+# Flags ours has and NSQ v1.3.0's has not: the opt-in features beyond NSQ, and
+# --auth-http-request-method from NSQ's master (README "Deliberate differences").
+OURS_ONLY = {name.replace("_", "-") for name in BEYOND_NSQ_DEFAULTS} | {"auth-http-request-method"}
+
+
+@requires_go
+def test_usage_is_nsqs_for_every_flag_nsq_has():
+    ours, theirs = usage_by_flag(run_nsqd("-help").stderr), go_usage("nsqd")
+    assert set(ours) - set(theirs) == OURS_ONLY and set(theirs) <= set(ours)
+    assert {name: ours[name] for name in theirs} == theirs
+
+
+@requires_go
+@pytest.mark.parametrize("args", [
+    ["--worker-id"], ["--worker-id=false"], ["--worker-id=5"],
+    ["--queue-scan-selection-count=3"], ["--queue-scan-selection-count=-1"], ["--queue-scan-selection-count=x"],
+    ["--queue-scan-selection-count"], ["--queue-scan-worker-pool-max=0x10"], ["--queue-scan-worker-pool-max=1.5"],
+    ["--queue-scan-worker-pool-max=99999999999999999999"],
+    ["--log-level=WARN"], ["--log-level=loud"], ["--log-level="], ["--log-level", "Debug"],
+    ["--tls-required"], ["--tls-required=tcp-https"], ["--tls-required=MAYBE"], ["--tls-required="],
+    ["--tls-min-version=TLS1.2"], ["--tls-min-version=tls9"], ["--tls-min-version=ssl3.0"], ["--tls-min-version="],
+    ["--tls-min-version"],
+    ["--node-id=5000"], ["--node-id=x"], ["--verbose=no"], ["--max-deflate-level=0"], ["--sync-timeout=5"],
+    ["--e2e-processing-latency-percentile=0.5,x"], ["--lookupd-tcp-address"], ["--http-address", "/tmp/x.sock"],
+])
+def test_the_same_flags_are_accepted_and_refused_as_by_nsqs(args):
+    """Go's error, word for word, where it refuses (ours prefixes the program's name, README
+    "Command lines"); validation after parsing is not compared here."""
+    ours = parse_outcome([sys.executable, "-m", "nsqd"], args, "nsqd")
+    assert ours == parse_outcome([go_program("nsqd")], args, "nsqd")

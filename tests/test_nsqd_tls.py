@@ -267,7 +267,7 @@ def run_nsqd(tmp_path, *args: str) -> subprocess.CompletedProcess:
     (["--max-deflate-level=0"], "--max-deflate-level must be [1,9]"),
     (["--max-deflate-level=10"], "--max-deflate-level must be [1,9]"),
     (["--tls-min-version=ssl3.0"], "unknown tlsVersionOption"),
-    (["--tls-required=maybe"], "--tls-required"),
+    (["--tls-required=maybe"], "for -tls-required: strconv.ParseBool"),
     (["--auth-http-request-method=put"], "--auth-http-request-method must be get or post"),
     (["--tls-cert=/nonexistent/cert.pem", "--tls-key=/nonexistent/key.pem"], "No such file"),
 ])
