@@ -71,6 +71,7 @@ def build_app(admin):
         ("POST", "/topics/{topic}/{channel}", pages.channel_form),
         ("GET", "/nodes", pages.nodes),
         ("GET", "/nodes/{node}", pages.node),
+        ("POST", "/nodes/{node}", pages.node_form),
         ("GET", "/counter", pages.counter),
         ("GET", "/lookup", pages.lookup),
         ("POST", "/lookup", pages.lookup_form),

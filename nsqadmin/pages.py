@@ -106,7 +106,8 @@ class Pages:
             "base": self.url(""), "version": VERSION, "is_admin": is_admin(request, self.opts),
             "csrf": csrf, "flash": flash, "lookupds": self.opts.lookupd_http_address,
             "nsqds": self.opts.nsqd_http_address, "http_address": http_address,
-            "confirmation": confirmation, **context}, status_code=status)
+            "confirmation": confirmation, "tombstone_confirmation": tombstone_confirmation, **context},
+            status_code=status)
         cookie_path = self.opts.base_path
         if request.cookies.get(CSRF_COOKIE) != csrf:
             page.set_cookie(CSRF_COOKIE, csrf, path=cookie_path, httponly=True, samesite="strict")
@@ -287,8 +288,9 @@ class Pages:
                                 hint=f"nsqadmin reads your identity from the {self.opts.acl_http_header} header.")
         return fields
 
-    def _confirm(self, request: Request, fields: dict, question: str, consequence: str) -> Response:
-        return self._render(request, "confirm.html", page="topics", question=question, consequence=consequence,
+    def _confirm(self, request: Request, fields: dict, question: str, consequence: str,
+                 page: str = "topics") -> Response:
+        return self._render(request, "confirm.html", page=page, question=question, consequence=consequence,
                             action_url=request.url.path, fields={k: v for k, v in fields.items() if k != CSRF_FIELD})
 
     async def topic_form(self, request: Request) -> Response:
@@ -298,7 +300,8 @@ class Pages:
             return fields
         action = fields.get("action", "")
         if action == "tombstone":
-            return await self._tombstone(request, fields, topic)
+            return await self._tombstone(request, fields, topic, fields.get("node", ""),
+                                         f"/topics/{path_segment(topic)}", "topics")
         if action not in (*TOPIC_ACTIONS, "delete"):
             return self._bad_request(request, f"Unknown action {action!r}.")
         if fields.get("confirm") != "yes":
@@ -315,15 +318,26 @@ class Pages:
                                          "details": [str(exc)]})
         return self._redirect(back, _outcome(f"{DONE[action]} topic {topic}.", errors))
 
-    async def _tombstone(self, request: Request, fields: dict, topic: str) -> Response:
-        node = fields.get("node", "")
+    async def _tombstone(self, request: Request, fields: dict, topic: str, node: str, back: str,
+                         page: str) -> Response:
+        """Tombstone ``topic`` on ``node`` (what NSQ's DELETE /api/nodes/:node does), then back to ``back``."""
         if fields.get("confirm") != "yes":
-            return self._confirm(request, fields, f"Tombstone topic {topic} on {node}?",
-                                 f"nsqlookupd will stop listing {node} as a producer of {topic} for a while, "
-                                 f"and {node} will delete the topic with every message it holds.")
+            return self._confirm(request, fields, *tombstone_confirmation(topic, node), page=page)
         errors = await self.operator.tombstone(request, topic, node)
-        return self._redirect(f"/topics/{path_segment(topic)}",
-                              _outcome(f"Tombstoned topic {topic} on {node}.", errors))
+        return self._redirect(back, _outcome(f"Tombstoned topic {topic} on {node}.", errors))
+
+    async def node_form(self, request: Request) -> Response:
+        """The node page's per-topic Tombstone button (NSQ's node page has one on each topic row)."""
+        node = request.path_params["node"]
+        fields = await self._form(request)
+        if isinstance(fields, Response):
+            return fields
+        if fields.get("action") != "tombstone":
+            return self._bad_request(request, f"Unknown action {fields.get('action', '')!r}.")
+        topic = fields.get("topic", "")
+        if not is_valid_name(topic):
+            return self._bad_request(request, f"{topic!r} is not a valid topic name.")
+        return await self._tombstone(request, fields, topic, node, f"/nodes/{path_segment(node)}", "nodes")
 
     async def channel_form(self, request: Request) -> Response:
         topic, channel = request.path_params["topic"], request.path_params["channel"]
@@ -381,3 +395,10 @@ def confirmation(action: str, topic: str, channel: str = "") -> tuple[str, str]:
         "delete": f"{what.capitalize()} will be deleted on every nsqd and nsqlookupd, with every message it holds. "
                   f"This cannot be undone.",
     }[action]
+
+
+def tombstone_confirmation(topic: str, node: str) -> tuple[str, str]:
+    """(question, consequence) before tombstoning ``topic`` on ``node``, in the dialog and on the page."""
+    return (f"Tombstone topic {topic} on {node}?",
+            f"nsqlookupd will stop listing {node} as a producer of {topic} for a while, "
+            f"and {node} will delete the topic with every message it holds.")

@@ -11,6 +11,8 @@ Theory of operation:
   query together) and queries every ``lookupd_poll_interval``, and also as soon as the
   Consumer asks (a connection closed: is that nsqd still there, or is there another?).
 * A lookupd that does not answer only costs a logged error: connections already made stay.
+* The HTTP client is the event loop's, shared by every consumer on it (:mod:`.lookupd_http`);
+  each request carries this consumer's headers and lookupd_poll_timeout.
 """
 
 import logging
@@ -21,6 +23,7 @@ import anyio
 import httpx
 
 from .config import Config
+from .lookupd_http import lookupd_http_client
 
 log = logging.getLogger("nsqclient")
 
@@ -60,6 +63,7 @@ class LookupdPoller:
         self._next = 0
         self._recheck = anyio.Event()
         self._client: httpx.AsyncClient | None = None
+        self._headers: dict[str, str] = {}
 
     def add(self, address: str) -> bool:
         """Poll this nsqlookupd too; False if it was already polled."""
@@ -83,10 +87,10 @@ class LookupdPoller:
     async def run(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         """First query, ready, then poll until cancelled."""
         config = self.config
-        headers = {"Accept": ACCEPT}
+        self._headers = {"Accept": ACCEPT}
         if config.auth_secret and config.skip_lookupd_authorization:
-            headers["Authorization"] = f"Bearer {config.auth_secret}"
-        async with httpx.AsyncClient(timeout=config.lookupd_poll_timeout, headers=headers) as client:
+            self._headers["Authorization"] = f"Bearer {config.auth_secret}"
+        async with lookupd_http_client() as client:
             self._client = client
             await self.query()
             task_status.started()
@@ -106,7 +110,8 @@ class LookupdPoller:
             self._next = (self._next + 1) % len(self.endpoints)
             log.info("querying nsqlookupd %s", endpoint)
             try:
-                response = await self._client.get(endpoint)
+                response = await self._client.get(endpoint, headers=self._headers,
+                                                  timeout=self.config.lookupd_poll_timeout)
                 if response.status_code != 200:
                     raise ValueError(f"got response {response.status_code} {response.text.strip()!r}")
                 addresses = producer_addresses(response.json())

@@ -12,7 +12,9 @@ Reading a record consumes it (go-diskqueue's moveForward); a fully read file is 
 A corrupt record (length out of range, short read) renames its file to ``.bad`` and
 skips to the next file. If the write file is longer than the metadata says, or there is no
 metadata yet (an unclean stop), its records are read to its end and writing resumes in a
-new file, so no half-written record is appended to.
+new file, so no half-written record is appended to. Metadata that cannot be read (garbage:
+go-diskqueue then starts empty at file 0 and writes over what is there) makes every data
+file of the queue be read, lowest number first, and writing resume after the last.
 
 All file operations here are synchronous and short: one write() per put batch and
 buffered reads. fsync (the slow part) happens in ``sync()``, which the owner may run in
@@ -22,6 +24,7 @@ a worker thread on a snapshot (``prepare_sync``), so the event loop never waits 
 import logging
 import os
 import random
+import re
 import struct
 import threading
 
@@ -133,23 +136,54 @@ class DiskQueue:
 
     def _load_metadata(self) -> None:
         try:
-            with open(self.meta_file_name()) as handle:
-                self._parse_metadata(handle.read())
+            with open(self.meta_file_name(), "rb") as handle:
+                content = handle.read()
         except FileNotFoundError:
             pass  # a new queue, or one killed before its first sync: its data file is checked below
+        else:
+            if not self._parse_metadata(content):
+                self._recover_every_file()
         self._skip_unclean_write_file()
 
-    def _parse_metadata(self, text: str) -> None:
+    def _parse_metadata(self, content: bytes) -> bool:
+        """Take the positions of ``depth\\nreadFileNum,readPos\\nwriteFileNum,writePos\\n``; False if
+        they cannot be read (nothing taken)."""
         try:
-            depth, read_part, write_part = text.split("\n")[:3]
+            depth, read_part, write_part = content.decode("ascii").split("\n")[:3]
             read_num, read_pos = read_part.split(",")
             write_num, write_pos = write_part.split(",")
-            self.depth = int(depth)
-            self.read_file_num, self.read_pos = int(read_num), int(read_pos)
-            self.write_file_num, self.write_pos = int(write_num), int(write_pos)
-        except ValueError:
-            log.error("DISKQUEUE(%s) failed to read metadata %r, starting empty", self.name, text[:100])
-            self.depth = self.read_file_num = self.read_pos = self.write_file_num = self.write_pos = 0
+            numbers = [int(depth), int(read_num), int(read_pos), int(write_num), int(write_pos)]
+        except ValueError:  # UnicodeDecodeError is one
+            log.error("DISKQUEUE(%s) failed to read metadata %r, reading every data file", self.name, content[:100])
+            return False
+        self.depth, self.read_file_num, self.read_pos, self.write_file_num, self.write_pos = numbers
+        return True
+
+    def _recover_every_file(self) -> None:
+        """Unreadable metadata: read every data file of the queue from its start, lowest number
+        first (what was read of the first comes again), and write after the last. go-diskqueue
+        starts empty at file 0 instead, and loses them (README, Deliberate differences)."""
+        numbers = self._data_file_numbers()
+        if not numbers:
+            return
+        for number in numbers:
+            name = self.file_name(number)
+            self.depth += self._count_records(name, 0, os.path.getsize(name))
+        self.read_file_num = numbers[0]
+        self.write_file_num = numbers[-1] + 1
+        log.warning("DISKQUEUE(%s) reading data files %d to %d (%d records) from their start, writing to a new file",
+                    self.name, numbers[0], numbers[-1], self.depth)
+
+    def _data_file_numbers(self) -> list[int]:
+        """The numbers of the queue's data files in the directory, in order."""
+        pattern = re.compile(re.escape(self.name) + r"\.diskqueue\.(\d{6,})\.dat")
+        numbers = []
+        with os.scandir(self.data_path) as entries:
+            for entry in entries:
+                match = pattern.fullmatch(entry.name)
+                if match and entry.path == self.file_name(int(match.group(1))) and entry.is_file():
+                    numbers.append(int(match.group(1)))
+        return sorted(numbers)
 
     def _skip_unclean_write_file(self) -> None:
         """Never write over records the metadata does not know of (an unclean stop): they

@@ -449,6 +449,37 @@ async def test_a_corrupt_file_is_set_aside_alike(tmp_path, damage):
     assert (data / "bad:c.diskqueue.000000.dat.bad").exists()
 
 
+@pytest.mark.parametrize("garbage", [b"garbage\n", b"\xff\x00\x01"], ids=["text", "binary"])
+async def test_garbage_metadata_ours_reads_every_data_file_and_go_none(tmp_path, garbage):
+    """README, Deliberate differences, Data directories: a disk queue whose metadata cannot be read.
+    NSQ's nsqd starts it empty at file 0 (depth 0, none of the records delivered) and writes new
+    messages over what file 0 held; ours delivers the records of every data file from their start
+    (those of the first already read would come again: at least once) and writes after the last."""
+    files = [[payload(b"file%d-%d" % (n, i), b"%016x" % (16 * n + i)) for i in range(3)] for n in range(3)]
+    written = [decode_message(p).body for records in files for p in records]
+    data = tmp_path / "data"
+    data.mkdir()
+    for n, records in enumerate(files):
+        (data / f"junk:c.diskqueue.{n:06d}.dat").write_bytes(b"".join(map(record, records)))
+    (data / "junk:c.diskqueue.meta.dat").write_bytes(garbage)
+    (data / "nsqd.dat").write_bytes(go_encoding([("junk", False, [("c", False)])]))
+    copy = copy_of(data, tmp_path)
+    ours, go = Server(data, "--mem-queue-size=0"), GoServer(copy, "--mem-queue-size=0")
+    (ours_view, ours_delivered), (go_view, go_delivered) = await observe_both(ours, go)
+    assert [view["junk"]["channels"]["c"]["depth"] for view in (ours_view, go_view)] == [9, 0]
+    assert sorted(msg.body for msg in ours_delivered["junk", "c"]) == written
+    assert go_delivered["junk", "c"] == Counter()
+    for server in (ours, go):
+        await publish(server.tcp_port, "junk", [b"new"])
+        assert [msg.body for msg in await take_all(server.tcp_port, "junk", "c", 1, 0.2)] == [b"new"]
+        assert server.stop() == 0, server.log()
+    assert queue_files(data, "junk:c") == ["junk:c.diskqueue.000003.dat"]
+    assert queue_files(copy, "junk:c") == [f"junk:c.diskqueue.{n:06d}.dat" for n in range(3)]
+    go_file_0 = (copy / "junk:c.diskqueue.000000.dat").read_bytes()
+    assert decode_message(go_file_0[4:4 + struct.unpack(">i", go_file_0[:4])[0]]).body == b"new"  # written over
+    assert (copy / "junk:c.diskqueue.000001.dat").read_bytes() == b"".join(map(record, files[1]))
+
+
 # -- nsqd.dat -----------------------------------------------------------------------------------------
 
 async def test_nsqd_dat_is_the_same_from_both(tmp_path):

@@ -51,7 +51,7 @@ def test_only_listed_admins_may_act(cluster, start_admin):
 def test_pages_hide_actions_from_non_admins(cluster, start_admin):
     topic_on(cluster, "hidden", "c")
     admin = start_admin("--admin-user=alice")
-    for path in ("/topics/hidden", "/topics/hidden/c", "/lookup"):
+    for path in ("/topics/hidden", "/topics/hidden/c", "/lookup", f"/nodes/{cluster.node(0)}"):
         visitor = httpx.get(admin.url + path).text
         assert 'name="action"' not in visitor and "Create a topic" not in visitor
         owner = httpx.get(admin.url + path, headers={"X-Forwarded-User": "alice"}).text
@@ -65,6 +65,9 @@ def test_page_forms_refuse_non_admins(cluster, start_admin):
         browser.get("/topics/formacl/c", headers={"X-Forwarded-User": "alice"})  # gets the CSRF cookie
         token = browser.cookies["nsqadmin_csrf"]
         answer = browser.post("/topics/formacl/c", data={"csrf": token, "action": "pause", "confirm": "yes"})
+        assert answer.status_code == 403 and "admin users may change the cluster" in answer.text
+        answer = browser.post(f"/nodes/{cluster.node(0)}", data={"csrf": token, "action": "tombstone",
+                                                                  "topic": "formacl", "confirm": "yes"})
         assert answer.status_code == 403 and "admin users may change the cluster" in answer.text
     assert nsqd_stats(cluster, 0, "formacl")["channels"][0]["paused"] is False
 

@@ -1,8 +1,9 @@
 """nsqadmin in a real browser: headless Debian Chromium driven by Playwright against a real cluster.
 
 An operator opens the topics page, follows a topic to its channel, sees the live consumer, pauses the
-channel from the page and watches deliveries stop (and resume), empties it, deletes it; the counter
-moves; the same works with JavaScript off; a page on another origin cannot act through the browser.
+channel from the page and watches deliveries stop (and resume), empties it, deletes it; tombstones a
+topic on one nsqd from that node's page; the counter moves; the same works with JavaScript off; a page
+on another origin cannot act through the browser.
 Every page is saved as a screenshot under artifacts/screenshots/.
 """
 
@@ -128,6 +129,29 @@ def test_empty_then_delete_the_channel_from_its_page(cluster, page, screenshot):
     assert nsqd_stats(cluster, 0, "backlog")["channels"] == []
 
 
+def test_tombstone_a_topic_from_its_node_page(cluster, page, screenshot):
+    """NSQ's node page: a tombstone button on each topic row, for that topic on that nsqd only."""
+    topic_on(cluster, "retired", "archive", (4, 6))
+    topic_on(cluster, "active", "c", (1, 1))
+    node = cluster.node(1)
+    page.goto("/nodes")
+    http_port = page.get_by_role("cell", name=str(cluster.nsqds[1].http_port), exact=True)
+    page.locator("#nodes tbody tr").filter(has=http_port).locator("td.name a").click()
+    expect(page.locator("h1")).to_contain_text(node)
+    retired = page.locator("#node-topics tbody").filter(has=page.get_by_role("link", name="retired", exact=True))
+    expect(retired.locator("tr.group-head")).to_contain_text("6")
+    screenshot(page, "node-tombstone")
+    retired.get_by_role("button", name="Tombstone").click()
+    expect(page.locator(".banner-ok")).to_have_text(f"Tombstoned topic retired on {node}.")
+    expect(page).to_have_url(re.compile(r"/nodes/127\.0\.0\.1(:|%3A)\d+$"))
+    expect(page.get_by_role("link", name="retired", exact=True)).to_have_count(0)
+    expect(page.get_by_role("link", name="active", exact=True)).to_have_count(1)
+    screenshot(page, "node-tombstoned")
+    assert nsqd_stats(cluster, 1, "retired") is None and nsqd_stats(cluster, 0, "retired")["message_count"] == 4
+    producers = httpx.get(f"http://{cluster.lookupd_http}/lookup", params={"topic": "retired"}).json()["producers"]
+    assert [producer["http_port"] for producer in producers] == [cluster.nsqds[0].http_port]
+
+
 def test_a_dismissed_dialog_changes_nothing(cluster, chromium):
     consumer, publisher = stream(cluster, "careful", "c")
     publisher.stop()
@@ -204,16 +228,21 @@ def test_everything_works_without_javascript(cluster, chromium, screenshot):
 class AttackSite:
     """Another origin serving pages that try to change the cluster through the visitor's browser."""
 
-    def __init__(self, admin_url: str):
+    def __init__(self, admin_url: str, node: str):
         pages = {
             "/form-api": f"""<form id=f method=post enctype=text/plain action="{admin_url}/api/topics/target/c">
                 <input name='{{"action":"pause","x":"' value='"}}'></form><script>f.submit()</script>""",
             "/form-page": f"""<form id=f method=post action="{admin_url}/topics/target/c">
                 <input name=action value=pause><input name=confirm value=yes><input name=csrf value=guess>
                 </form><script>f.submit()</script>""",
+            "/form-node": f"""<form id=f method=post action="{admin_url}/nodes/{node}">
+                <input name=action value=tombstone><input name=topic value=target><input name=confirm value=yes>
+                <input name=csrf value=guess></form><script>f.submit()</script>""",
             "/fetch": f"""<script>fetch("{admin_url}/api/topics/target/c", {{method: "POST", mode: "no-cors",
                 credentials: "include", body: '{{"action":"pause"}}'}}).finally(() => document.title = "sent");
-                fetch("{admin_url}/api/topics/target", {{method: "DELETE", mode: "no-cors"}});</script>""",
+                fetch("{admin_url}/api/topics/target", {{method: "DELETE", mode: "no-cors"}});
+                fetch("{admin_url}/api/nodes/{node}", {{method: "DELETE", mode: "no-cors",
+                body: '{{"topic":"target"}}'}});</script>""",
         }
 
         class Handler(BaseHTTPRequestHandler):
@@ -240,15 +269,16 @@ class AttackSite:
 def test_a_page_on_another_origin_cannot_act(cluster, page):
     consumer, publisher = stream(cluster, "target", "c")
     publisher.stop()
-    site = AttackSite(cluster.admin.url)
+    site = AttackSite(cluster.admin.url, cluster.node(1))
     try:
         page.goto("/topics/target/c")  # the operator has nsqadmin open: its cookies exist
-        for attack in ("/form-api", "/form-page", "/fetch"):
+        for attack in ("/form-api", "/form-page", "/form-node", "/fetch"):
             page.goto(site.url + attack)
             page.wait_for_timeout(500)
         assert nsqd_stats(cluster, 0, "target")["channels"][0]["paused"] is False
         assert nsqd_stats(cluster, 1, "target") is not None
         assert "refused cross-site POST /api/topics/target/c" in cluster.admin.log()
+        assert f"refused cross-site POST /nodes/{cluster.node(1)}" in cluster.admin.log()
     finally:
         site.close()
         consumer.close()

@@ -141,3 +141,43 @@ def test_tombstone_from_the_topic_page(cluster, browser):
                                                "confirm": "yes"}, follow_redirects=True)
     assert f"Tombstoned topic stone on {cluster.node(1)}." in page.text
     assert nsqd_stats(cluster, 1, "stone") is None and nsqd_stats(cluster, 0, "stone") is not None
+
+
+def lookupd_producers(cluster, topic: str) -> list[int]:
+    answer = httpx.get(f"http://{cluster.lookupd_http}/lookup", params={"topic": topic}).json()
+    return [producer["http_port"] for producer in answer["producers"]]
+
+
+def test_tombstone_from_the_node_page(cluster, browser):
+    """NSQ's node page has a tombstone button on each topic row: DELETE /api/nodes/:node {"topic"}."""
+    topic_on(cluster, "gravel", "c", (2, 3))
+    node = cluster.node(1)
+    node_path = "/nodes/" + node.replace(":", "%3A")
+    row = re.search(r'<a href="/topics/gravel">gravel</a>.*?</tr>', browser.get(node_path).text, re.S).group(0)
+    fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', row))
+    assert fields == {"csrf": csrf_of(browser), "action": "tombstone", "topic": "gravel"}
+    assert f'action="{node_path}"' in row
+    confirm = browser.post(node_path, data=fields)
+    assert confirm.status_code == 200 and f"Tombstone topic gravel on {node}?" in confirm.text
+    assert nsqd_stats(cluster, 1, "gravel") is not None  # nothing done yet
+    done = browser.post(node_path, data={**fields, "confirm": "yes"})
+    assert done.status_code == 303 and done.headers["location"] == node_path
+    after = browser.get(node_path).text
+    assert f"Tombstoned topic gravel on {node}." in after and 'href="/topics/gravel"' not in after
+    assert nsqd_stats(cluster, 1, "gravel") is None and nsqd_stats(cluster, 0, "gravel")["message_count"] == 2
+    assert lookupd_producers(cluster, "gravel") == [cluster.nsqds[0].http_port]
+
+
+def test_the_node_page_form_refuses_what_the_other_forms_refuse(cluster, browser):
+    topic_on(cluster, "kept", "", (1, 1))
+    node = cluster.node(0)
+    token = csrf_of(browser)
+    tombstone = {"csrf": token, "action": "tombstone", "topic": "kept", "confirm": "yes"}
+    assert browser.post(f"/nodes/{node}", data={**tombstone, "csrf": "forged"}).status_code == 403
+    cross = browser.post(f"/nodes/{node}", data=tombstone, headers={"Origin": "http://evil.example"})
+    assert cross.status_code == 403
+    assert browser.post(f"/nodes/{node}", data={**tombstone, "action": "pause"}).status_code == 400
+    bad = browser.post(f"/nodes/{node}", data={**tombstone, "topic": "no spaces"})
+    assert bad.status_code == 400 and "is not a valid topic name" in bad.text
+    assert nsqd_stats(cluster, 0, "kept") is not None
+    assert sorted(lookupd_producers(cluster, "kept")) == sorted(nsqd.http_port for nsqd in cluster.nsqds)

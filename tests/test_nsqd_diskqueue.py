@@ -110,3 +110,39 @@ def test_a_reader_that_caught_up_reads_the_rest_of_its_file_after_a_roll(tmp_pat
     dq.put([payload(i) for i in range(2, 12)])
     assert dq.read(100) == [payload(i) for i in range(2, 12)]
     assert dq.depth == 0 and not dq.has_data()
+
+
+def write_files(path, name: str, numbers, per_file: int = 2) -> list[bytes]:
+    """Data files ``numbers`` of queue ``name``, ``per_file`` records each; the payloads in order."""
+    written = []
+    for number in numbers:
+        records = [payload(number * 10 + i) for i in range(per_file)]
+        (path / f"{name}.diskqueue.{number:06d}.dat").write_bytes(b"".join(struct.pack(">i", 40) + r for r in records))
+        written += records
+    return written
+
+
+def test_garbage_metadata_reads_every_data_file_of_the_queue(tmp_path):
+    """README, Deliberate differences (Data directories): go-diskqueue starts empty at file 0."""
+    for number, garbage in enumerate([b"garbage\n", b"", b"\x00\x01\xff\xfe", b"3\n0,x\n", b"9\n0,0\n"]):
+        name = f"q{number}"
+        wanted = write_files(tmp_path, name, [4, 5, 7])  # numbered as after some were read; 6 is missing
+        write_files(tmp_path, name + ".diskqueue.000009", [0])  # another queue's files are not taken
+        write_files(tmp_path, name + "x", [4])
+        (tmp_path / f"{name}.diskqueue.meta.dat").write_bytes(garbage)
+        dq = make(tmp_path, name)
+        assert dq.depth == 6, garbage
+        dq.put([payload(99)])
+        assert (tmp_path / f"{name}.diskqueue.000008.dat").exists()  # written after the last, over none
+        assert dq.read(100) == wanted + [payload(99)], garbage
+        assert dq.depth == 0
+        assert (tmp_path / f"{name}.diskqueue.000009.diskqueue.000000.dat").exists()
+        assert (tmp_path / f"{name}x.diskqueue.000004.dat").exists()
+
+
+def test_garbage_metadata_and_no_data_files_start_empty(tmp_path):
+    (tmp_path / "t.diskqueue.meta.dat").write_bytes(b"\xff")
+    dq = make(tmp_path)
+    assert (dq.depth, dq.read_position(), dq.end_position()) == (0, (0, 0), (0, 0))
+    dq.put([payload(1)])
+    assert dq.read(10) == [payload(1)]
