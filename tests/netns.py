@@ -200,7 +200,7 @@ class Network:
         for proc in self.processes:
             if proc.poll() is None:
                 proc.kill()
-            proc.wait()
+            proc.communicate()  # and close its pipes, if it has any (a wire's)
         # A deleted namespace lives on while sockets of its own do (a killed daemon's connection
         # retransmitting over a lossy link can keep it for minutes), and its veth pairs with it: the
         # root ends go now, lest their addresses and routes catch another network's packets.
@@ -240,16 +240,16 @@ async def connect_from(network: Network, namespace: str, host: str, port: int, t
 
 
 async def round_trips(network: Network, namespace: str, address: str, count: int = 50,
-                      timeout: float = 3) -> list[float]:
+                      timeout: float = 3) -> dict[int, float]:
     """Ping ``address`` from ``namespace`` ``count`` times at once (ICMP echo on a raw socket):
-    the round trip of each echo answered within ``timeout`` seconds, in no particular order."""
+    the round trip of each echo answered within ``timeout`` seconds, by its sequence number."""
     with contextlib.ExitStack() as stack:
         if namespace:
             stack.enter_context(inside(network, namespace))
         sock = trio.socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
-    ident = os.getpid() & 0xFFFF
+    ident = random.randrange(0x10000)  # the replies to this call, whatever else pings from there
     sent: dict[int, float] = {}
-    answered: list[float] = []
+    answered: dict[int, float] = {}
     with sock:
         for sequence in range(count):
             sent[sequence] = time.monotonic()
@@ -260,7 +260,7 @@ async def round_trips(network: Network, namespace: str, address: str, count: int
                 header = (packet[0] & 0x0F) * 4  # a raw socket hands over the IP header too
                 kind, _, _, their_ident, sequence = struct.unpack_from("!BBHHH", packet, header)
                 if kind == 0 and their_ident == ident and sequence in sent:  # an echo reply of ours
-                    answered.append(time.monotonic() - sent.pop(sequence))
+                    answered[sequence] = time.monotonic() - sent.pop(sequence)
     return answered
 
 

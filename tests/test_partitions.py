@@ -310,6 +310,26 @@ async def test_nsqadmin_cut_from_one_node_still_answers_and_names_it(tmp_path):
 LOSS, DELAY, PINGS = 0.2, 0.2, 50
 
 
+@pytest.mark.skipif(tun_missing() is not None, reason=tun_missing() or "")
+async def test_an_impaired_link_delays_every_packet_and_drops_the_same_ones_for_the_same_seed():
+    """The wire under the case below (tests/wire.py), pinged from the root namespace: two links
+    with one seed answer the same pings, and a link with a delay and no loss answers all of
+    them, each after two delays."""
+    with Network() as network:
+        links = {name: network.impaired_link("", network.namespace(name), loss=loss, delay=0.1, seed=7)
+                 for name, loss in (("twin1", 0.5), ("twin2", 0.5), ("slow", 0.0))}
+        answered: dict[str, dict[int, float]] = {}
+
+        async def ping(name: str) -> None:
+            answered[name] = await round_trips(network, "", links[name].address(name), count=40, timeout=1)
+        async with trio.open_nursery() as nursery:
+            for name in links:
+                nursery.start_soon(ping, name)
+    assert 0 < len(answered["twin1"]) < 20 and set(answered["twin1"]) == set(answered["twin2"]), answered  # 10 expected
+    slow = answered["slow"].values()
+    assert len(slow) == 40 and 0.2 <= min(slow) and max(slow) < 0.2 + 0.5, answered
+
+
 async def lossy_consumer(kind: str, network: Network, folder) -> dict:
     network.namespace("nsqd")
     network.namespace("consumer")
@@ -317,7 +337,7 @@ async def lossy_consumer(kind: str, network: Network, folder) -> dict:
     consumer_link = network.impaired_link("consumer", "nsqd", loss=LOSS, delay=DELAY, seed=25)
     nsqd_address = to_nsqd.address("nsqd")
     start_nsqd(kind, network, "nsqd", folder, "0.0.0.0", nsqd_address)
-    pings = await round_trips(network, "consumer", consumer_link.address("nsqd"), count=PINGS, timeout=2)
+    pings = list((await round_trips(network, "consumer", consumer_link.address("nsqd"), PINGS, timeout=2)).values())
     await wait_listening(nsqd_address, 4150)
     # each exchange may need several retransmissions: generous bounds, and the handshake in one go
     consumer = await connect_from(network, "consumer", consumer_link.address("nsqd"), 4150, timeout=60)
