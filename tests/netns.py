@@ -201,8 +201,8 @@ class Network:
             if proc.poll() is None:
                 proc.kill()
             proc.communicate()  # and close its pipes, if it has any (a wire's)
-        # A deleted namespace lives on while sockets of its own do (a killed daemon's connection
-        # retransmitting over a lossy link can keep it for minutes), and its veth pairs with it: the
+        # A deleted namespace can live on, and its veth pairs with it (seen for minutes after the
+        # lossy link's case: a killed daemon's connection there still retransmitting, it seems): the
         # root ends go now, lest their addresses and routes catch another network's packets.
         for link in self.links:
             if "" in link.ends:
@@ -267,7 +267,8 @@ async def round_trips(network: Network, namespace: str, address: str, count: int
 def _echo_request(ident: int, sequence: int) -> bytes:
     unsummed = struct.pack("!BBHHH", 8, 0, 0, ident, sequence)
     total = sum(struct.unpack("!4H", unsummed))
-    total = (total & 0xFFFF) + (total >> 16)  # one's complement sum: carries wrap around
+    while total >> 16:  # a one's complement sum: carries wrap around
+        total = (total & 0xFFFF) + (total >> 16)
     return struct.pack("!BBHHH", 8, 0, ~total & 0xFFFF, ident, sequence)
 
 
