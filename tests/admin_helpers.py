@@ -20,6 +20,7 @@ from common.message import decode_message
 
 from .helpers import DaemonProcess, NsqdProcess
 from .lookupd_helpers import LookupdProcess
+from .waiting import wait_until as wait_for  # noqa: F401 (the name the nsqadmin tests import)
 
 E2E_PERCENTILES = "--e2e-processing-latency-percentile=0.99,0.5"
 
@@ -73,18 +74,6 @@ def cluster(tmp_path_factory):
     running = Cluster(tmp_path_factory.mktemp("cluster"))
     yield running
     assert running.stop() == [0, 0, 0, 0]
-
-
-def wait_for(check, timeout: float = 5.0, what: str = "condition"):
-    """Poll a (blocking) check until it returns something true."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s (last: {result!r})")
-        time.sleep(0.05)
 
 
 def lookupd_knows(cluster: Cluster, topic: str, producers: int) -> bool:

@@ -25,6 +25,7 @@ from common.message import HEADER_LENGTH, Message, decode_message
 
 from .go_nsq import GoNsqdProcess
 from .helpers import NsqdProcess, RawClient
+from .waiting import await_until as wait_until  # noqa: F401 (the name the data-directory tests import)
 
 LENGTH = struct.Struct(">i")
 META_RE = re.compile(r"(\d+)\n(\d+),(\d+)\n(\d+),(\d+)\n")
@@ -259,14 +260,6 @@ async def drain(port: int, topic: str, channel: str, count: int, quiet: float = 
 
 def multiset(messages: list[Message]) -> Counter:
     return Counter(msg.body for msg in messages)
-
-
-async def wait_until(predicate, timeout: float = 5.0, what: str = "condition") -> None:
-    with trio.move_on_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
-        return
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # -- two nsqd on one data directory: what each shows and delivers --------------------------
