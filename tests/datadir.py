@@ -23,7 +23,7 @@ import trio
 from common.frames import FRAME_TYPE_ERROR
 from common.message import HEADER_LENGTH, Message, decode_message
 
-from .go_nsq import GoNsqdProcess
+from .go_nsq import GoDaemon, GoNsqdProcess, stop_gracefully
 from .helpers import NsqdProcess, RawClient
 from .waiting import await_until as wait_until  # noqa: F401 (the name the data-directory tests import)
 
@@ -192,10 +192,16 @@ class Server(NsqdProcess):
         assert self.signal(signal.SIGKILL) == -signal.SIGKILL
 
 
-class GoServer(Server):
-    """NSQ v1.3.0's nsqd on --data-path (tests/go_nsq.py finds it)."""
+class GoServer(GoDaemon, Server):
+    """NSQ v1.3.0's nsqd on --data-path (tests/go_nsq.py finds it); SIGTERM is sent as SIGINT until
+    it is handled (tests/go_nsq.py: go_daemon)."""
 
     command = GoNsqdProcess.command
+
+    def signal(self, signum: int) -> int:
+        if signum == signal.SIGTERM:
+            stop_gracefully(self.proc)
+        return super().signal(signum)
 
 
 def restart(server: Server, *flags: str, signum: int = signal.SIGTERM) -> Server:
