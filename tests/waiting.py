@@ -7,6 +7,7 @@ tests); ``await_until`` is its async twin, for trio and asyncio alike (anyio pic
 A sleep left in a test is a deliberate pause the test is about, and says so in a comment.
 """
 
+import inspect
 import time
 
 import anyio
@@ -26,10 +27,13 @@ def wait_until(predicate, timeout: float = 10.0, what: str = "condition", interv
 
 
 async def await_until(predicate, timeout: float = 10.0, what: str = "condition", interval: float = 0.01):
-    """``wait_until`` on the running event loop: the loop goes on serving between polls."""
+    """``wait_until`` on the running event loop (the loop goes on serving between polls); the
+    predicate may be async."""
     deadline = anyio.current_time() + timeout
     while True:
         result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
         if result:
             return result
         if anyio.current_time() > deadline:
