@@ -122,7 +122,7 @@ class RecordingEndpoint:
         class Handler(BaseHTTPRequestHandler):
             def _record(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                time.sleep(delay)
+                time.sleep(delay)  # deliberate: a slow endpoint, when asked to be one
                 endpoint.requests.append({"method": self.command, "path": self.path, "headers": dict(self.headers),
                                           "json": json.loads(body) if body else None})
                 status, document = answer(self.path)

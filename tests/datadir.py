@@ -309,10 +309,11 @@ def settled(view: dict) -> bool:
 
 async def settled_view(server: Server) -> dict:
     """``queues_view`` once the topics' pumps have moved what they can (right after a start)."""
-    with trio.fail_after(10):
-        while not settled(view := queues_view(server)):
-            await trio.sleep(0.02)
-    return view
+    async def view_if_settled() -> dict | None:
+        view = queues_view(server)
+        return view if settled(view) else None
+
+    return await wait_until(view_if_settled, what="the topics' pumps done")
 
 
 def unpause_everything(server: Server, view: dict) -> None:
