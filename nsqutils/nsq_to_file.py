@@ -95,6 +95,9 @@ class NSQToFile:
         self.config = config
         self.log = log
         self.loggers: dict[str, FileLogger] = {}
+        # loggers whose consumer is starting (and may already be writing): a SIGHUP reaches them too,
+        # as NSQ's discoverer, busy adding a topic, handles the signal once the topic's logger is listed
+        self.starting: list[FileLogger] = []
         self.stopping = False
         self.failed = False
         self.task_group = None
@@ -124,7 +127,11 @@ class NSQToFile:
         consumer = make_consumer(topic, self.opts.channel, logger, self.opts.nsqd_tcp_address,
                                  self.opts.lookupd_http_address, config=self.config)
         logger.consumer = consumer
-        await self.task_group.start(consumer.run)
+        self.starting.append(logger)
+        try:
+            await self.task_group.start(consumer.run)
+        finally:
+            self.starting.remove(logger)
         unreachable = [a for a in self.opts.nsqd_tcp_address if a not in consumer.connections]
         if unreachable:
             consumer.stop()
@@ -141,7 +148,7 @@ class NSQToFile:
 
     def on_signal(self, signum: int) -> None:
         if signum == signal.SIGHUP:
-            for logger in self.loggers.values():
+            for logger in [*self.loggers.values(), *self.starting]:
                 logger.hup()
             return
         self.stopping = True

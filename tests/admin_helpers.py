@@ -20,6 +20,7 @@ from common.message import decode_message
 
 from .helpers import DaemonProcess, NsqdProcess
 from .lookupd_helpers import LookupdProcess
+from .waiting import wait_until as wait_for  # noqa: F401 (the name the nsqadmin tests import)
 
 E2E_PERCENTILES = "--e2e-processing-latency-percentile=0.99,0.5"
 
@@ -75,18 +76,6 @@ def cluster(tmp_path_factory):
     assert running.stop() == [0, 0, 0, 0]
 
 
-def wait_for(check, timeout: float = 5.0, what: str = "condition"):
-    """Poll a (blocking) check until it returns something true."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s (last: {result!r})")
-        time.sleep(0.05)
-
-
 def lookupd_knows(cluster: Cluster, topic: str, producers: int) -> bool:
     """Whether nsqlookupd lists nsqd 0 to ``producers - 1`` for ``topic`` (registration is asynchronous)."""
     answer = httpx.get(f"http://{cluster.lookupd_http}/lookup", params={"topic": topic})
@@ -133,7 +122,7 @@ class RecordingEndpoint:
         class Handler(BaseHTTPRequestHandler):
             def _record(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                time.sleep(delay)
+                time.sleep(delay)  # deliberate: a slow endpoint, when asked to be one
                 endpoint.requests.append({"method": self.command, "path": self.path, "headers": dict(self.headers),
                                           "json": json.loads(body) if body else None})
                 status, document = answer(self.path)

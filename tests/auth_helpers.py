@@ -36,7 +36,7 @@ class AuthServer:
                 server.requests.append({"method": self.command, "path": self.path, "values": values, "body": body,
                                         "headers": dict(self.headers)})
                 status, answer, delay = server.answers.get(values["secret"][0], (403, {"message": "NO"}, 0))
-                time.sleep(delay)
+                time.sleep(delay)  # deliberate: a slow auth server, when asked to be one
                 data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(data)))

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from .helpers import NsqdProcess
+from .waiting import await_until as wait_for  # noqa: F401 (the name the client tests import)
 
 BACKENDS = ("asyncio", "trio")
 _names = itertools.count()
@@ -58,9 +59,3 @@ def channel_stats(nsqd: NsqdProcess, topic: str, channel: str) -> dict:
         if stats["channel_name"] == channel:
             return stats
     return {}
-
-
-async def wait_for(predicate, timeout: float = 5.0, interval: float = 0.01) -> None:
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(interval)

@@ -55,6 +55,7 @@ from common.message import decode_message
 from .datadir import Server, dpub, mpub, pub
 from .go_nsq import GoNsqdProcess, missing_reason
 from .helpers import RawClient
+from .waiting import await_until
 
 STRICT_FLAGS = ("--mem-queue-size=0", "--sync-every=1", "--persist-deferred")
 SYNC_TIMEOUTS = ("100ms", "300ms", "2s")  # one is drawn for each life: how often nsqd syncs and tidies
@@ -336,7 +337,7 @@ class Consumer:
         self._send(b"FIN %s\nREQ %s 0\n" % (msg_id, msg_id))
 
     async def _touch_then_fin(self, msg_id: bytes, body: bytes) -> None:
-        await trio.sleep(self.rng.uniform(0.1, 0.6))
+        await trio.sleep(self.rng.uniform(0.1, 0.6))  # deliberate (as the two below): a consumer's work
         self._send(b"TOUCH %s\n" % msg_id)
         await trio.sleep(self.rng.uniform(0.1, 0.6))
         self._fin(msg_id, body)
@@ -431,11 +432,11 @@ class Run:
                 load.start_soon(producer, port, model, rng, kind)
             if not self.strict:
                 load.start_soon(backlog_producer, port, model)
-            await trio.sleep(end_after)
+            await trio.sleep(end_after)  # deliberate: the kill comes at a random point of the load
             server.kill()
             with trio.move_on_after(5):  # the load reads what nsqd sent before it died, then stops
                 while load.child_tasks:
-                    await trio.sleep(0.01)
+                    await trio.sleep(0.01)  # (a bounded poll: what is left is cancelled)
             load.cancel_scope.cancel()
         self.logs.append(server.log())
         if self.go_skipped is None:
@@ -469,7 +470,7 @@ class Run:
                     model.problems.append(f"the last life stopped draining for {stall} s: {model.outstanding()} "
                                           f"acknowledged copies not FINished; nsqd holds {await what_is_held(server)}")
                     break
-                await trio.sleep(0.5)
+                await trio.sleep(0.5)  # a poll: the stall is measured in deliveries
                 if model.deliveries > delivered:
                     delivered, progress_at = model.deliveries, time.monotonic()
             load.cancel_scope.cancel()
@@ -486,10 +487,8 @@ async def create_channel(server: Server, topic: str, channel: str) -> None:
             response = await http.post(f"{server.http}/{path}/create", params=params)
             assert response.status_code == 200, response.text
     dat = os.path.join(server.data_path, "nsqd.dat")
-    with trio.fail_after(10):
-        while channel not in [c["name"] for t in read_json(dat).get("topics") or [] if t["name"] == topic
-                              for c in t.get("channels") or []]:
-            await trio.sleep(0.02)
+    await await_until(lambda: channel in [c["name"] for t in read_json(dat).get("topics") or [] if t["name"] == topic
+                                          for c in t.get("channels") or []], what=f"{channel} in nsqd.dat")
 
 
 def read_json(path: str) -> dict:

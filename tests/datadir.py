@@ -23,8 +23,9 @@ import trio
 from common.frames import FRAME_TYPE_ERROR
 from common.message import HEADER_LENGTH, Message, decode_message
 
-from .go_nsq import GoNsqdProcess
+from .go_nsq import GoDaemon, GoNsqdProcess, stop_gracefully
 from .helpers import NsqdProcess, RawClient
+from .waiting import await_until as wait_until  # noqa: F401 (the name the data-directory tests import)
 
 LENGTH = struct.Struct(">i")
 META_RE = re.compile(r"(\d+)\n(\d+),(\d+)\n(\d+),(\d+)\n")
@@ -191,10 +192,16 @@ class Server(NsqdProcess):
         assert self.signal(signal.SIGKILL) == -signal.SIGKILL
 
 
-class GoServer(Server):
-    """NSQ v1.3.0's nsqd on --data-path (tests/go_nsq.py finds it)."""
+class GoServer(GoDaemon, Server):
+    """NSQ v1.3.0's nsqd on --data-path (tests/go_nsq.py finds it); SIGTERM is sent as SIGINT until
+    it is handled (tests/go_nsq.py: go_daemon)."""
 
     command = GoNsqdProcess.command
+
+    def signal(self, signum: int) -> int:
+        if signum == signal.SIGTERM:
+            stop_gracefully(self.proc)
+        return super().signal(signum)
 
 
 def restart(server: Server, *flags: str, signum: int = signal.SIGTERM) -> Server:
@@ -261,14 +268,6 @@ def multiset(messages: list[Message]) -> Counter:
     return Counter(msg.body for msg in messages)
 
 
-async def wait_until(predicate, timeout: float = 5.0, what: str = "condition") -> None:
-    with trio.move_on_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
-        return
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 # -- two nsqd on one data directory: what each shows and delivers --------------------------
 
 DRAIN_CHANNEL = "drain"  # what ``drain_everything`` subscribes to on a topic without channels
@@ -310,10 +309,11 @@ def settled(view: dict) -> bool:
 
 async def settled_view(server: Server) -> dict:
     """``queues_view`` once the topics' pumps have moved what they can (right after a start)."""
-    with trio.fail_after(10):
-        while not settled(view := queues_view(server)):
-            await trio.sleep(0.02)
-    return view
+    async def view_if_settled() -> dict | None:
+        view = queues_view(server)
+        return view if settled(view) else None
+
+    return await wait_until(view_if_settled, what="the topics' pumps done")
 
 
 def unpause_everything(server: Server, view: dict) -> None:

@@ -12,6 +12,7 @@ run under the same process helpers, with the same attributes (``tcp_port``, ``ht
 import os
 import platform
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -40,23 +41,54 @@ def go_program(name: str) -> str:
     return str(GO_BIN_DIR / name)
 
 
-class GoNsqdProcess(NsqdProcess):
+def go_daemon(name: str) -> list[str]:
+    """The command that runs one of NSQ's daemons with SIGINT ignored until it handles it.
+
+    NSQ's daemons listen before they handle a stop signal (apps/nsqd/main.go: Start runs Main, which
+    listens, in a goroutine and returns; only then does svc.Run call signal.Notify(SIGINT, SIGTERM)),
+    so a SIGTERM sent as soon as a port answers may find no handler and kill the daemon (-15)
+    before its graceful stop. Go keeps an inherited SIG_IGN for SIGINT until signal.Notify asks
+    for it: a SIGINT sent too early is lost, not fatal, and ``stop_gracefully`` sends another."""
+    return ["/bin/sh", "-c", 'trap "" INT; exec "$0" "$@"', go_program(name)]
+
+
+def stop_gracefully(proc: subprocess.Popen, timeout: float = 15.0) -> int:
+    """SIGINT (NSQ's daemons stop on it as on SIGTERM) until ``proc`` exits; its exit code."""
+    for _ in range(int(timeout / 0.2)):
+        proc.send_signal(signal.SIGINT)
+        try:
+            return proc.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait(timeout=0.2)
+
+
+class GoDaemon:
+    """Stops NSQ's daemon (started with ``go_daemon``) gracefully however early: see ``go_daemon``."""
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        if signum == signal.SIGTERM and self.proc.poll() is None:
+            stop_gracefully(self.proc)
+        return super().stop(signum)
+
+
+class GoNsqdProcess(GoDaemon, NsqdProcess):
     """NSQ's nsqd on ephemeral loopback ports."""
 
-    command = [go_program("nsqd")]
+    command = go_daemon("nsqd")
 
 
-class GoLookupdProcess(LookupdProcess):
+class GoLookupdProcess(GoDaemon, LookupdProcess):
     """NSQ's nsqlookupd on ephemeral loopback ports."""
 
-    command = [go_program("nsqlookupd")]
+    command = go_daemon("nsqlookupd")
 
 
-class GoAdminProcess(DaemonProcess):
+class GoAdminProcess(GoDaemon, DaemonProcess):
     """NSQ's nsqadmin on an ephemeral loopback port."""
 
     def __init__(self, *args: str):
-        super().__init__("nsqadmin", ["--http-address=127.0.0.1:0", *args], ("HTTP",), [go_program("nsqadmin")])
+        super().__init__("nsqadmin", ["--http-address=127.0.0.1:0", *args], ("HTTP",), go_daemon("nsqadmin"))
         self.http_port = self.ports["HTTP"]
         self.url = f"http://127.0.0.1:{self.http_port}"
 

@@ -12,6 +12,7 @@ from nsqlookupd.nsqlookupd import NSQLookupd
 from nsqlookupd.options import default_options
 
 from .helpers import DaemonProcess
+from .waiting import await_until as wait_until  # noqa: F401 (the name the lookupd tests import)
 
 SECOND = 10**9
 
@@ -93,12 +94,6 @@ class Peer:
 
     async def close(self) -> None:
         await self.stream.aclose()
-
-
-async def wait_until(predicate, timeout: float = 3.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.01)
 
 
 @pytest.fixture

@@ -70,7 +70,7 @@ def test_max_in_flight_below_the_number_of_nsqd_rotates_rdy_over_them(backend, t
         async with consumer:
             while len(handled) < 9:
                 totals.append(consumer.total_rdy)
-                await anyio.sleep(0.01)
+                await anyio.sleep(0.01)  # deliberate: a sampler of the RDY total
         return handled
 
     handled = run(backend, body, timeout=30)

@@ -127,7 +127,7 @@ def test_touch_keeps_a_long_job_from_timing_out(nsqd):
         async def handler(message: Message) -> None:
             attempts.append(message.attempts)
             for _ in range(6):  # 1.5 s of work, with a 1 s msg_timeout
-                await anyio.sleep(0.25)
+                await anyio.sleep(0.25)  # deliberate: the handler's work
                 message.touch()
 
         consumer = Consumer(topic, "ch", handler, nsqd_tcp_addresses=[nsqd.tcp_address], msg_timeout=1)
@@ -150,7 +150,7 @@ def test_heartbeats_are_answered_so_an_idle_consumer_stays_connected(nsqd):
         consumer = Consumer(topic, "ch", handler, nsqd_tcp_addresses=[nsqd.tcp_address], heartbeat_interval=1)
         async with consumer:
             [first] = consumer.connections.values()
-            await anyio.sleep(2.5)  # nsqd drops a client silent for 2 heartbeats
+            await anyio.sleep(2.5)  # deliberate: long enough that nsqd would drop a client silent for 2 heartbeats
             await publish(nsqd, topic, [b"still here"])
             await wait_for(lambda: got)
             assert consumer.connections == {nsqd.tcp_address: first}
@@ -169,7 +169,7 @@ def test_handlers_can_run_concurrently(backend, nsqd):
         async def handler(message: Message) -> None:
             running[0] += 1
             most[0] = max(most[0], running[0])
-            await anyio.sleep(0.05)
+            await anyio.sleep(0.05)  # deliberate: work that overlaps another handler's
             running[0] -= 1
 
         consumer = Consumer(topic, "ch", handler, nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=20,
@@ -192,7 +192,7 @@ def test_graceful_close_finishes_what_was_received_and_takes_no_more(backend, ns
             if not handled:
                 consumer.stop()
             handled.append(message.body)
-            await anyio.sleep(0.02)
+            await anyio.sleep(0.02)  # deliberate: work the stop must wait for
 
         consumer = Consumer(topic, "ch", handler, nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=4)
         async with consumer:

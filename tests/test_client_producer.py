@@ -38,7 +38,7 @@ def test_many_publishes_in_flight_at_once_are_each_answered(backend, nsqd):
                     task_group.start_soon(producer.publish, topic, b"message %d" % n)
                 while producer.pending or not most_waiting:
                     most_waiting = max(most_waiting, producer.pending)
-                    await anyio.sleep(0)
+                    await anyio.sleep(0)  # a checkpoint: the publishers run between samples
 
     run(backend, body)
     assert topic_stats(nsqd, topic)["message_count"] == sent
@@ -106,7 +106,7 @@ def test_the_producer_reconnects_after_nsqd_restarts(backend, tmp_path_factory):
             with pytest.raises((ConnectionClosedError, ConnectError)):
                 for _ in range(100):  # until the loss is seen
                     await producer.publish(topic, b"lost")
-                    await anyio.sleep(0.02)
+                    await anyio.sleep(0.02)  # deliberate: a publisher's pace, not a flood
             with pytest.raises(ConnectError):
                 await producer.publish(topic, b"nobody there")
             first = start_nsqd(tmp_path_factory, f"--tcp-address={address}")

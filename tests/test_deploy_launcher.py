@@ -167,8 +167,8 @@ def test_a_daemon_that_dies_is_reported_at_once_with_its_status(launch, tmp_path
 
     os.kill(pids["nsqd-1"], signal.SIGKILL)
     killed = time.monotonic()
-    launcher.wait_for(r"^launcher +\| nsqd-1 died \(killed by SIGKILL\)$", 5)
-    assert time.monotonic() - killed < 2
+    launcher.wait_for(r"^launcher +\| nsqd-1 died \(killed by SIGKILL\)$", 10)
+    assert time.monotonic() - killed < 5  # at once (the launcher waits on its children), even on a loaded machine
     assert httpx.get(admin + "ping").text == "OK"  # the others go on
 
     assert launcher.ctrl_c() == 1  # the cluster did not end cleanly

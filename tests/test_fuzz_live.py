@@ -80,7 +80,7 @@ async def send_in_pieces(rng: random.Random, stream, data: bytes, pause: float =
         await stream.send_all(data[:cut])
         data = data[cut:]
         if pause:
-            await trio.sleep(pause)
+            await trio.sleep(pause)  # deliberate: pieces apart in time
 
 
 async def random_bytes(rng, stream):
@@ -198,7 +198,7 @@ class SteadyClient:
                 await self.consumer.send(Fin(message.id).to_bytes())
             self.slowest = max(self.slowest, trio.current_time() - start)
             self.round_trips += 1
-            await trio.sleep(0.01)
+            await trio.sleep(0.01)  # deliberate: a steady client's pace
 
     async def close(self) -> None:
         await self.producer.close()

@@ -28,6 +28,7 @@ from .lookupd_helpers import LookupdProcess, Peer
 from .test_pynsq_features import compressed_socket_shim  # noqa: F401 (fixture)
 from .test_pynsq_interop import TornadoLoop
 from .utils_helpers import http, publish, wait_until
+from .waiting import await_until
 
 pytestmark = requires_go
 
@@ -203,7 +204,7 @@ def test_inactive_producers_are_hidden_alike(tmp_path):
                 await peer.register("idle", "c")
                 await peer.register("idle2")
                 peers.append(peer)
-            await trio.sleep(1.2)
+            await trio.sleep(1.2)  # deliberate: past the 1 s --inactive-producer-timeout, with no PING
             return peers
 
         peers = trio.run(register_and_wait)
@@ -278,9 +279,7 @@ def consume_with_nsqclient(cluster: MixedCluster, lookupd: str, topic: str, opti
 
         async with Consumer(topic, "nsqclient", handler, lookupd_http_addresses=[cluster.lookupd_url(lookupd)],
                             max_in_flight=20, **options) as consumer:
-            with anyio.fail_after(20):
-                while len(received) < 2 * PER_NSQD:
-                    await anyio.sleep(0.02)
+            await await_until(lambda: len(received) >= 2 * PER_NSQD, 20, "every message of both nsqd")
             assert sorted(consumer.connections) == sorted(nsqd.tcp_address for nsqd in cluster.nsqds.values())
 
     anyio.run(main)

@@ -30,6 +30,7 @@ from .auth_helpers import auth_server  # noqa: F401 (a fixture)
 from .go_nsq import GoAdminProcess, GoLookupdProcess, GoNsqdProcess, requires_go
 from .helpers import NsqdProcess, RawClient
 from .lookupd_helpers import LookupdProcess
+from .waiting import await_until, wait_until
 
 DAEMONS = {"go": (GoNsqdProcess, GoLookupdProcess, GoAdminProcess), "ours": (NsqdProcess, LookupdProcess, AdminProcess)}
 _names = itertools.count()
@@ -51,7 +52,7 @@ class Cluster:
         self.nsqd_url = f"http://127.0.0.1:{self.nsqd.http_port}"
         self.admins = {name: admin_class(f"--lookupd-http-address=127.0.0.1:{self.lookupd.http_port}")
                        for name, (_, _, admin_class) in DAEMONS.items()}
-        wait_until(self._asks_lookupd, "nsqd asking nsqlookupd about new topics")
+        wait_until(self._asks_lookupd, what="nsqd asking nsqlookupd about new topics")
 
     def _asks_lookupd(self) -> bool:
         """Whether a topic created now gets the channel nsqlookupd knows for it (nsqd asks
@@ -71,14 +72,6 @@ def cluster(request, tmp_path_factory):
     running = Cluster(request.param, tmp_path_factory.mktemp(request.param))
     yield running
     assert running.stop() == [0, 0, 0, 0]
-
-
-def wait_until(check, what: str, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
-        time.sleep(0.02)
-    return result
 
 
 async def topic_stats(http: httpx.AsyncClient, nsqd_url: str, topic: str) -> dict | None:
@@ -189,12 +182,14 @@ class GatedLookupd:
     async def wait_for_nsqd(self, nsqd_tcp_port: int) -> None:
         """Until nsqd asks about the topics it creates: a new topic's PUB is answered after
         the question, and nsqd asks only once it has read and stored our IDENTIFY answer."""
-        with trio.fail_after(10):
-            for n in itertools.count():
-                await _tcp(nsqd_tcp_port, Pub(f"warmup{n}", b"x").to_bytes())
-                if f"warmup{n}" in self.asked_about:
-                    return
-                await trio.sleep(0.02)
+        warmups = (f"warmup{n}" for n in itertools.count())
+
+        async def asked_about_a_warmup() -> bool:
+            topic = next(warmups)
+            await _tcp(nsqd_tcp_port, Pub(topic, b"x").to_bytes())
+            return topic in self.asked_about
+
+        await await_until(asked_about_a_warmup, what="nsqd asking about the topics it creates")
 
     async def _channels_answer(self, request) -> Response:
         topic = request.query.removeprefix("topic=")
@@ -234,10 +229,11 @@ async def test_a_command_for_a_topic_still_starting_is_answered_at_once(kind, tm
             await creator.assert_no_frame(within=0.1)  # it cannot be answered before the lookupds are
             gated.release(["known"])
             assert await creator.read_response() == b"OK"
-            with trio.fail_after(10):
-                while channel_depths(stats := await topic_stats(http, url, "starting")) != {"known": 2, "made": 2}:
-                    await trio.sleep(0.02)
-            assert stats["depth"] == 0
+            async def delivered_to_both() -> dict | None:
+                stats = await topic_stats(http, url, "starting")
+                return stats if channel_depths(stats) == {"known": 2, "made": 2} else None
+
+            assert (await await_until(delivered_to_both, what="both channels holding both messages"))["depth"] == 0
     finally:
         assert nsqd.stop() == 0
 
@@ -294,9 +290,7 @@ async def test_creating_topics_never_holds_the_event_loop(start_nsqd, lookupd):
     """Each new topic asks nsqlookupd for its channels; no task step of that (or of anything
     else) may take the loop for long. A new HTTP client per query took ~20 ms of CPU."""
     nsqd = await start_nsqd(lookupd_tcp_address=[f"127.0.0.1:{lookupd.tcp_port}"], broadcast_address="127.0.0.1")
-    with trio.fail_after(10):
-        while not nsqd.lookup.connected():
-            await trio.sleep(0.01)
+    await await_until(nsqd.lookup.connected, what="nsqd connected to nsqlookupd")
     steps = TaskStepCPU()
     gc.collect()
     gc.disable()  # a collection of the test process's own garbage is not nsqd's doing
@@ -316,9 +310,7 @@ async def test_with_auth_a_publish_that_creates_a_topic_is_answered_once_it_star
                                                                                     auth_server):  # noqa: F811
     nsqd = await start_nsqd(lookupd_tcp_address=[f"127.0.0.1:{lookupd.tcp_port}"], broadcast_address="127.0.0.1",
                             auth_http_address=[auth_server.address])
-    with trio.fail_after(10):
-        while not nsqd.lookup.connected():
-            await trio.sleep(0.01)
+    await await_until(nsqd.lookup.connected, what="nsqd connected to nsqlookupd")
     client = await RawClient.connect(nsqd.tcp_port)
     await client.identify()
     await client.send(Auth(b"good").to_bytes())

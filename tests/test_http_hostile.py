@@ -341,13 +341,14 @@ async def test_slow_clients_on_every_route_block_nobody(daemon):
         async with trio.open_nursery() as nursery:
             for data in slow_requests(name) * 5:
                 nursery.start_soon(trickle, port, data, 0.05, done)
-            await trio.sleep(0.3)
+            await trio.sleep(0.3)  # deliberate: the trickles under way (a few bytes each)
             for _ in range(3):
                 for method, path in ROUTES[name]:
-                    with trio.fail_after(1):
+                    # at once: far below the 10 s a trickle could hold a blocking server, even under load
+                    with trio.fail_after(3):
                         response = await http.request(method, path, params={"topic": "t", "channel": "c"})
                     assert response.status_code != 500
-                await trio.sleep(0.1)
+                await trio.sleep(0.1)  # deliberate: the rounds spread over the trickles' lives
             done.set()
 
 
@@ -417,7 +418,8 @@ async def test_silent_connections_close_but_idle_kept_alive_ones_wait(daemon, sh
     assert (await kept.receive_some(65536)).endswith(b"\r\n\r\nOK")
     with trio.fail_after(2):
         assert await silent.receive_some(65536) == b""  # closed unanswered after the header timeout
-    await trio.sleep(0.5)  # past the header timeout, but a kept-alive connection waits for the idle timeout
+    # deliberate: past the header timeout, but a kept-alive connection waits for the idle timeout (120 s)
+    await trio.sleep(0.5)
     await kept.send_all(request("GET", "/ping"))
     assert (await kept.receive_some(65536)).endswith(b"\r\n\r\nOK")
     await kept.aclose()

@@ -178,7 +178,7 @@ async def test_the_answer_is_asked_again_after_its_ttl(nsqd, auth_server):
     await client.send(Pub("t", b"x").to_bytes())
     assert await client.read_response() == b"OK"
     assert len(auth_server.requests) == 1  # cached
-    await trio.sleep(1.1)
+    await trio.sleep(1.1)  # deliberate: past the answer's 1 s TTL
     auth_server.answers["short"] = (200, dict(ORDERS_ONLY, ttl=1), 0)
     await client.send(Pub("orders", b"x").to_bytes())
     assert await client.read_response() == b"OK"
@@ -190,7 +190,7 @@ async def test_the_answer_is_asked_again_after_its_ttl(nsqd, auth_server):
 async def test_a_failed_refresh_gives_auth_failed_never_access(nsqd, auth_server):
     auth_server.answers["short"] = (200, dict(EVERYTHING, ttl=1), 0)
     client, _ = await authed_client(nsqd, b"short")
-    await trio.sleep(1.1)
+    await trio.sleep(1.1)  # deliberate: past the answer's 1 s TTL
     auth_server.answers["short"] = (500, {"message": "down"}, 0)
     await client.send(Pub("t", b"x").to_bytes())
     assert await client.read_error() == b"E_AUTH_FAILED AUTH failed"

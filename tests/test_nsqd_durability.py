@@ -388,7 +388,8 @@ async def test_ephemeral_channel_and_topic_go_with_their_last_user(start_nsqd, t
     first = await subscribe(port, "durable", "e#ephemeral")
     second = await subscribe(port, "durable", "e#ephemeral")
     await first.close()
-    await trio.sleep(0.1)
+    channel = nsqd.topics["durable"].channels["e#ephemeral"]
+    await wait_until(lambda: len(channel.clients) == 1, what="the first consumer gone")
     assert "e#ephemeral" in nsqd.topics["durable"].channels  # one consumer left
     await second.close()
     await wait_until(lambda: "e#ephemeral" not in nsqd.topics["durable"].channels, what="channel deleted")
@@ -434,8 +435,8 @@ async def test_empty_and_delete_remove_disk_files(tmp_path):
 
     post("/channel/delete", topic="gone", channel="b")
     await holder.assert_closed()
-    await trio.sleep(0.1)
-    assert [name for name in os.listdir(tmp_path) if name.startswith("gone:b.")] == []
+    await wait_until(lambda: not [name for name in os.listdir(tmp_path) if name.startswith("gone:b.")],
+                     what="the deleted channel's files removed")
 
     post("/topic/empty", topic="held")
     assert queue_files(tmp_path, "held") == []
@@ -446,8 +447,8 @@ async def test_empty_and_delete_remove_disk_files(tmp_path):
     assert (await holder.read_message()).body == b"in flight"
     post("/topic/delete", topic="gone")
     await holder.assert_closed()
-    await trio.sleep(0.1)
-    assert [name for name in os.listdir(tmp_path) if name.startswith("gone")] == []
+    await wait_until(lambda: not [name for name in os.listdir(tmp_path) if name.startswith("gone")],
+                     what="the deleted topic's files removed")
 
     assert server.stop() == 0
     assert [name for name in os.listdir(tmp_path) if name.startswith("gone")] == []

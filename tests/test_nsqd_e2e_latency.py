@@ -14,6 +14,7 @@ from nsqd.options import load_options
 from nsqd.stats import nanoseconds_to_human
 
 from .helpers import RawClient
+from .waiting import await_until
 
 PERCENTILES = [1.0, 0.99, 0.5]
 
@@ -35,7 +36,7 @@ async def consume(port: int, topic: str, channel: str, count: int, hold: float) 
     client = await RawClient.connect(port)
     await client.sub(topic, channel, rdy=count)
     messages = [await client.read_message() for _ in range(count)]
-    await trio.sleep(hold)
+    await trio.sleep(hold)  # deliberate: the processing time the latency must show
     await client.send(b"".join(b"FIN " + msg.id + b"\n" for msg in messages))
     await client.send(b"NOP\n")
     await client.close()
@@ -49,12 +50,11 @@ async def stats(nsqd) -> dict:
 
 async def wait_for_count(nsqd, count: int) -> dict:
     """/stats once the first channel has recorded ``count`` FINs."""
-    with trio.fail_after(5):
-        while True:
-            document = await stats(nsqd)
-            if document["topics"][0]["channels"][0]["e2e_processing_latency"]["count"] >= count:
-                return document
-            await trio.sleep(0.02)
+    async def counted() -> dict | None:
+        document = await stats(nsqd)
+        return document if document["topics"][0]["channels"][0]["e2e_processing_latency"]["count"] >= count else None
+
+    return await await_until(counted, what=f"{count} FINs counted")
 
 
 def values(latency: dict) -> dict[float, float]:
@@ -133,9 +133,11 @@ async def test_topic_value_merges_its_channels(start_nsqd):
         await publish(nsqd.tcp_port, "t", 10)
         nursery.start_soon(consume, nsqd.tcp_port, "t", "fast", 10, 0.0)
         nursery.start_soon(consume, nsqd.tcp_port, "t", "slow", 10, 0.5)
-    with trio.fail_after(5):
-        while (topic := (await stats(nsqd))["topics"][0])["e2e_processing_latency"]["count"] < 20:
-            await trio.sleep(0.02)
+    async def both_counted() -> dict | None:
+        topic = (await stats(nsqd))["topics"][0]
+        return topic if topic["e2e_processing_latency"]["count"] >= 20 else None
+
+    topic = await await_until(both_counted, what="20 FINs counted")
     fast, slow = (values(channel["e2e_processing_latency"]) for channel in topic["channels"])
     merged = values(topic["e2e_processing_latency"])
     assert fast[1.0] < 0.5 <= slow[0.5]
@@ -170,7 +172,7 @@ async def test_samples_leave_after_the_window(start_nsqd):
     await publish(nsqd.tcp_port, "t", 5)
     await consume(nsqd.tcp_port, "t", "c", 5, hold=0.0)
     await wait_for_count(nsqd, 5)
-    await trio.sleep(0.45)  # a sample lives at most a whole window
+    await trio.sleep(0.45)  # deliberate: a sample lives at most a whole window (a lower bound: load only adds)
     assert (await stats(nsqd))["topics"][0]["channels"][0]["e2e_processing_latency"]["count"] == 0
 
 

@@ -35,9 +35,8 @@ async def first_publish(nsqd, topic: str) -> None:
 
 async def round_begun(nsqd, before) -> None:
     """Wait until the sync loop has begun the round that was upcoming at ``before``."""
-    with trio.fail_after(5):
-        while nsqd.group_commit.upcoming is before:
-            await trio.sleep(0.005)
+    await wait_until(lambda: nsqd.group_commit.upcoming is not before, what="the sync loop's next round begun",
+                     interval=0.005)
 
 
 class ThreadGate:
@@ -56,7 +55,7 @@ class ThreadGate:
         holder = self.holders[0]
         self.limiter.release_on_behalf_of(holder)
         nursery.start_soon(self.limiter.acquire_on_behalf_of, holder)
-        await trio.sleep(0)
+        await trio.sleep(0)  # a checkpoint (the job takes the thread first), not a wait
 
     def open(self) -> None:
         borrowers = self.limiter.statistics().borrowers
@@ -290,7 +289,7 @@ async def leave_mid_command(port: int, seconds: float) -> int:
             if count % 2:
                 stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             await stream.aclose()
-            await trio.sleep(0.01)
+            await trio.sleep(0.01)  # deliberate: churn, not a connection flood
 
 
 async def test_stuck_and_hostile_clients_slow_neither_other_channels_nor_publishers(tmp_path):

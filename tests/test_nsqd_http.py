@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from .helpers import RawClient
+from .waiting import await_until
 
 V1 = "nsq; version=1.0"
 JSON = "application/json; charset=utf-8"
@@ -92,11 +93,9 @@ def saved_metadata(nsqd) -> dict:
             for topic in document["topics"] or []}
 
 
-async def wait_for_metadata(nsqd, expected: dict, timeout: float = 3.0) -> None:
+async def wait_for_metadata(nsqd, expected: dict, timeout: float = 10.0) -> None:
     """Until nsqd.dat says ``expected`` (topic and channel changes are saved by a worker)."""
-    with trio.fail_after(timeout):
-        while saved_metadata(nsqd) != expected:
-            await trio.sleep(0.02)
+    await await_until(lambda: saved_metadata(nsqd) == expected, timeout, f"nsqd.dat saying {expected}")
 
 
 async def raw_request(port: int, data: bytes, timeout: float = 5.0) -> bytes:
@@ -507,8 +506,9 @@ async def test_pause_state_survives_concurrent_metadata_writes(nsqd):
         route = b"pause" if index % 2 == 0 else b"unpause"
         await post_all(b"/channel/create?topic=t&channel=c%d" % index, b"/channel/%s?topic=t&channel=p" % route)
         expected.update({f"c{index}": False, "p": route == b"pause"})
-        await trio.sleep(0.1)  # past the worker's write of the snapshot taken for c<index>
-        await wait_for_metadata(nsqd, {"t": (False, expected)}, timeout=1.0)
+        # deliberate: a stale snapshot (taken before c<index>) written late would land in this pause
+        await trio.sleep(0.1)
+        await wait_for_metadata(nsqd, {"t": (False, expected)})
     await stream.aclose()
 
 
@@ -773,8 +773,7 @@ async def test_client_leaving_mid_body_publishes_nothing(nsqd):
     client = await consumer(nsqd)
     stream = await trio.open_tcp_stream("127.0.0.1", nsqd.http_port)
     await stream.send_all(b"POST /pub?topic=t HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nhalf")
-    await trio.sleep(0.05)
-    await stream.aclose()
+    await stream.aclose()  # (the half body reaches nsqd before the close, in order)
     await client.assert_no_frame(0.1)
     await assert_http_healthy(nsqd)
 

@@ -188,7 +188,7 @@ async def test_an_answer_is_kept_for_its_ttl_and_shared_by_concurrent_requests(n
             nursery.start_soon(publish)
     await publish()
     assert len(auth_server.requests) == 1
-    await trio.sleep(1.1)
+    await trio.sleep(1.1)  # deliberate: past the answer's 1 s TTL
     auth_server.answers["slow"] = (200, dict(ORDERS_ONLY, ttl=1), 0)
     assert (await http.post("/pub?topic=t", content=b"x", headers=bearer("slow"))).status_code == 403
     assert len(auth_server.requests) == 2

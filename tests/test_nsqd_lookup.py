@@ -3,7 +3,6 @@
 import itertools
 import signal
 import socket
-import time
 
 import httpx
 import pytest
@@ -14,6 +13,8 @@ from nsqclient.consumer import Consumer
 from .datadir import Server, kill_leftover_servers, mpub, publish, subscribe  # noqa: F401 (fixture)
 from .helpers import RawClient
 from .lookupd_helpers import LookupdProcess
+from .waiting import await_until as wait_for
+from .waiting import wait_until
 
 
 def free_port() -> int:
@@ -54,38 +55,37 @@ def producer_ports(answer: dict | None) -> set[int]:
     return {producer["tcp_port"] for producer in (answer or {}).get("producers", [])}
 
 
-async def wait_for(check, timeout: float, what: str):
-    """Poll an async check until it returns something true."""
-    deadline = trio.current_time() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if trio.current_time() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s (last: {result!r})")
-        await trio.sleep(0.05)
+async def nodes(lookupd_http_port: int) -> set[int]:
+    """The TCP ports of the nsqd nsqlookupd knows (connected and identified, topics or not)."""
+    async with httpx.AsyncClient() as http:
+        response = await http.get(f"http://127.0.0.1:{lookupd_http_port}/nodes")
+    return {producer["tcp_port"] for producer in response.json()["producers"]}
+
+
+async def wait_identified(lookupd, *servers: Server) -> None:
+    await wait_for(lambda: _equals(lambda: nodes(lookupd.http_port), {s.tcp_port for s in servers}), 10,
+                   "every nsqd connected to nsqlookupd and identified")
 
 
 async def test_topic_and_channel_are_registered_as_they_appear(tmp_path, lookupd):
     first = start_nsqd(tmp_path, "n1", lookupd.tcp_port)
     second = start_nsqd(tmp_path, "n2", lookupd.tcp_port)
-    await trio.sleep(0.5)  # both connected and identified
-    published_at = trio.current_time()
+    await wait_identified(lookupd, first, second)
     await publish(first.tcp_port, "orders", [b"one"])
     await publish(second.tcp_port, "orders", [b"two"])
 
     async def both_registered():
         return producer_ports(await lookup(lookupd.http_port, "orders")) == {first.tcp_port, second.tcp_port}
 
-    await wait_for(both_registered, 1.0, "topic registered by both nsqd")
-    assert trio.current_time() - published_at < 1.0
+    # at once: well within the 15 s between the PINGs, the only other time nsqd talks to nsqlookupd
+    await wait_for(both_registered, 5.0, "topic registered by both nsqd")
     consumer = await subscribe(first.tcp_port, "orders", "billing")
 
     async def channel_listed():
         answer = await lookup(lookupd.http_port, "orders")
         return answer and "billing" in answer["channels"]
 
-    await wait_for(channel_listed, 1.0, "channel registered after SUB")
+    await wait_for(channel_listed, 5.0, "channel registered after SUB")
     await consumer.close()
 
 
@@ -94,7 +94,7 @@ async def test_killed_nsqd_vanishes_and_a_silent_one_is_hidden_after_the_inactiv
     lookupd = impatient_lookupd
     killed = start_nsqd(tmp_path, "killed", lookupd.tcp_port)
     stopped = start_nsqd(tmp_path, "stopped", lookupd.tcp_port)
-    await trio.sleep(0.5)
+    await wait_identified(lookupd, killed, stopped)
     await publish(killed.tcp_port, "t", [b"x"])
     await publish(stopped.tcp_port, "t", [b"x"])
 
@@ -120,19 +120,20 @@ async def test_restarted_lookupd_gets_every_registration_back(tmp_path):
     lookupd = LookupdProcess(f"--tcp-address=127.0.0.1:{tcp_port}")
     first = start_nsqd(tmp_path, "n1", tcp_port)
     second = start_nsqd(tmp_path, "n2", tcp_port)
-    await trio.sleep(0.5)
+    await wait_identified(lookupd, first, second)
     await publish(first.tcp_port, "a", [b"x"])
     held = await subscribe(second.tcp_port, "b", "c")
-    await trio.sleep(0.5)
+
+    async def everything_registered():
+        a, b = await lookup(lookupd.http_port, "a"), await lookup(lookupd.http_port, "b")
+        return (producer_ports(a) == {first.tcp_port} and producer_ports(b) == {second.tcp_port}
+                and b["channels"] == ["c"])
+
+    await wait_for(everything_registered, 5, "registrations before the lookupd restart")
     assert lookupd.stop() == 0
     lookupd = LookupdProcess(f"--tcp-address=127.0.0.1:{tcp_port}")
     try:
-        async def everything_back():
-            a, b = await lookup(lookupd.http_port, "a"), await lookup(lookupd.http_port, "b")
-            return (producer_ports(a) == {first.tcp_port} and producer_ports(b) == {second.tcp_port}
-                    and b["channels"] == ["c"])
-
-        await wait_for(everything_back, 5, "registrations back after the lookupd restart")
+        await wait_for(everything_registered, 10, "registrations back after the lookupd restart")
     finally:
         await held.close()
         lookupd.stop()
@@ -141,7 +142,7 @@ async def test_restarted_lookupd_gets_every_registration_back(tmp_path):
 async def test_tombstone_hides_a_producer_for_the_tombstone_lifetime(tmp_path, lookupd):
     first = start_nsqd(tmp_path, "n1", lookupd.tcp_port)
     second = start_nsqd(tmp_path, "n2", lookupd.tcp_port)
-    await trio.sleep(0.5)
+    await wait_identified(lookupd, first, second)
     await publish(first.tcp_port, "t", [b"x"])
     await publish(second.tcp_port, "t", [b"x"])
 
@@ -184,9 +185,14 @@ async def test_config_put_changes_the_lookupd_set_at_run_time(tmp_path, lookupd)
 async def test_new_topic_gets_the_channels_the_cluster_knows_before_any_message(tmp_path, lookupd):
     first = start_nsqd(tmp_path, "n1", lookupd.tcp_port)
     second = start_nsqd(tmp_path, "n2", lookupd.tcp_port)
-    await trio.sleep(0.5)
+    await wait_identified(lookupd, first, second)
     consumer = await subscribe(second.tcp_port, "events", "archive")
-    await trio.sleep(0.3)
+
+    async def channel_listed():
+        answer = await lookup(lookupd.http_port, "events")
+        return answer and answer["channels"] == ["archive"]
+
+    await wait_for(channel_listed, 5, "the channel registered by the second nsqd")
     await publish(first.tcp_port, "events", [b"first message"])
     async with httpx.AsyncClient() as http:
         async def channel_has_message():
@@ -206,10 +212,12 @@ def test_pynsq_reader_discovers_both_nsqd_through_lookupd(tmp_path, lookupd):
 
     first = start_nsqd(tmp_path, "n1", lookupd.tcp_port)
     second = start_nsqd(tmp_path, "n2", lookupd.tcp_port)
-    time.sleep(0.5)
+    trio.run(wait_identified, lookupd, first, second)
     trio.run(publish, first.tcp_port, "found", [b"from-1-%d" % i for i in range(50)])
     trio.run(publish, second.tcp_port, "found", [b"from-2-%d" % i for i in range(50)])
-    time.sleep(0.5)
+    wait_until(lambda: producer_ports(httpx.get(f"http://127.0.0.1:{lookupd.http_port}/lookup",
+                                                params={"topic": "found"}).json()) == {first.tcp_port, second.tcp_port},
+               what="both nsqd registered the topic")
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     io_loop = tornado.ioloop.IOLoop.current()
@@ -239,7 +247,7 @@ async def test_lookupd_killed_and_restarted_under_load(tmp_path):
     ports = (f"--tcp-address=127.0.0.1:{tcp_port}", f"--http-address=127.0.0.1:{http_port}")
     lookupd = LookupdProcess(*ports)
     nsqds = [start_nsqd(tmp_path, name, tcp_port) for name in ("n1", "n2")]
-    await trio.sleep(0.5)
+    await wait_identified(lookupd, *nsqds)
     acknowledged: set[bytes] = set()
     received: set[bytes] = set()
 
@@ -250,7 +258,7 @@ async def test_lookupd_killed_and_restarted_under_load(tmp_path):
             await client.send(mpub("load", bodies))
             assert await client.read_response() == b"OK"
             acknowledged.update(bodies)
-            await trio.sleep(0.01)
+            await trio.sleep(0.01)  # deliberate: a steady publisher, not a flood
 
     async def handler(message) -> None:
         received.add(message.body)
@@ -274,14 +282,18 @@ async def test_lookupd_killed_and_restarted_under_load(tmp_path):
                 async def all_consumed() -> bool:
                     return acknowledged <= received
 
-                await wait_for(consuming_from_both, 5, "consumer on both nsqd")
+                await wait_for(consuming_from_both, 10, "consumer on both nsqd")
                 await wait_for(everything_registered, 5, "registrations before the kill")
 
                 assert lookupd.stop(signal.SIGKILL) == -signal.SIGKILL
                 at_kill = set(received)
-                await trio.sleep(1.0)  # the consumer polls the dead lookupd meanwhile
-                meanwhile = received - at_kill
-                assert {body[:2] for body in meanwhile} == {b"n1", b"n2"} and len(meanwhile) > 200
+                await trio.sleep(1.0)  # deliberate: the consumer polls the dead lookupd (every 0.5 s) meanwhile
+
+                async def consumed_meanwhile() -> bool:
+                    meanwhile = received - at_kill
+                    return {body[:2] for body in meanwhile} == {b"n1", b"n2"} and len(meanwhile) > 200
+
+                await wait_for(consumed_meanwhile, 10, "messages from both nsqd while nsqlookupd is dead")
                 assert len(consumer.connections) == 2
 
                 lookupd = LookupdProcess(*ports)

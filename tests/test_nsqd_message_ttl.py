@@ -71,7 +71,7 @@ async def test_a_message_coming_back_after_its_ttl_is_never_delivered_again(tmp_
     consumer = await subscribe(server.tcp_port, "jobs", "workers", rdy=5)
     await publish(server.tcp_port, "jobs", [b"slow job"])
     [held] = await receive(consumer, 1)
-    time.sleep(0.7)  # the TTL passes while the message is in flight
+    time.sleep(0.7)  # deliberate: the TTL passes while the message is in flight
     await consumer.send(b"REQ " + held.id + b" 0\n")
     await consumer.assert_no_frame(0.5)
     channel = stats(server, "jobs")["channels"][0]
@@ -151,7 +151,7 @@ async def test_messages_kept_on_disk_across_a_restart_still_expire(tmp_path):
     await publish(server.tcp_port, "kept", bodies("k", 3))
     assert server.stop() == 0
     assert len(queued_messages(tmp_path, "kept:c")) == 3
-    time.sleep(1.1)
+    time.sleep(1.1)  # deliberate: the TTL passes while nsqd is stopped
     server = Server(tmp_path, "--msg-ttl=1s")
     consumer = await subscribe(server.tcp_port, "kept", "c", rdy=10)
     await consumer.assert_no_frame(0.5)

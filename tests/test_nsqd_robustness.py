@@ -13,6 +13,7 @@ import trio
 from common.frames import FRAME_TYPE_ERROR, Frame
 
 from .helpers import RawClient
+from .waiting import await_until
 
 
 def sized(body: bytes) -> bytes:
@@ -32,10 +33,8 @@ async def assert_server_healthy(nsqd) -> None:
     await wait_for_no_connections(nsqd)
 
 
-async def wait_for_no_connections(nsqd, timeout: float = 3.0) -> None:
-    with trio.fail_after(timeout):
-        while nsqd.connections:
-            await trio.sleep(0.02)
+async def wait_for_no_connections(nsqd, timeout: float = 10.0) -> None:
+    await await_until(lambda: not nsqd.connections, timeout, "nsqd without connections")
 
 
 async def frames_until_closed(client: RawClient, timeout: float = 5.0) -> list[Frame]:
@@ -88,7 +87,7 @@ async def test_half_sent_command_then_disconnect(nsqd, partial):
     await consumer.sub("t", "c", rdy=10)
     client = await RawClient.connect(nsqd.tcp_port, magic=False)
     await client.send(partial)
-    await trio.sleep(0.05)
+    await await_until(lambda: len(nsqd.connections) == 2, what="the partial client accepted")
     await client.close()
     await consumer.assert_no_frame(0.2)  # nothing was published
     await consumer.close()
@@ -182,12 +181,12 @@ async def test_publisher_that_never_reads_its_responses(nsqd):
         nonlocal most_buffered
         while True:
             most_buffered = max(most_buffered, len(connection.client.out))
-            await trio.sleep(0.005)
+            await trio.sleep(0.005)  # deliberate: a sampler of the output buffer while the flood runs
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(flood)
         nursery.start_soon(watch_unsent_output)
-        await trio.sleep(0.5)
+        await await_until(lambda: most_buffered > 0, what="OKs backing up for the flooder that does not read them")
         # the flooder is stuck, everyone else is served
         other = await RawClient.connect(nsqd.tcp_port)
         await other.send(b"PUB other\n" + sized(b"fine"))
@@ -213,9 +212,8 @@ async def test_consumer_that_never_reads_is_dropped(nsqd):
     body = b"y" * 10000
     await publisher.send(b"MPUB t\n" + sized(struct.pack(">i", 300) + b"".join(sized(body) for _ in range(300))))
     assert await publisher.read_response() == b"OK"
-    with trio.fail_after(5):
-        while len(nsqd.connections) > 1:  # nsqd's write deadline is one heartbeat interval
-            await trio.sleep(0.05)
+    # nsqd's write deadline is one heartbeat interval (1 s)
+    await await_until(lambda: len(nsqd.connections) == 1, what="the stuck consumer dropped")
     consumer = await RawClient.connect(nsqd.tcp_port)
     await consumer.sub("t", "c", rdy=300)
     got = [await consumer.read_message() for _ in range(300)]

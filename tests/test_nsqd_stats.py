@@ -389,6 +389,6 @@ async def test_text_is_the_default_for_any_format_but_json(nsqd, http):
 
 
 async def test_uptime_grows(nsqd, http):
-    await trio.sleep(1.1)
+    await trio.sleep(1.1)  # deliberate: a second of uptime
     uptime = (await get_text(http))[2]
     assert re.fullmatch(r"uptime \d+(\.\d+)?s", uptime) and float(uptime[7:-1]) >= 1.0, uptime

@@ -140,7 +140,7 @@ async def lookupd_cut(kind: str, network: Network, folder) -> dict:
                                                                             "node": f"{nsqd_address}:4151"})
         assert response.status_code == 200, response.text
     tombstoned = await producers_listed(lookupd_http, "orders")
-    await trio.sleep(max(0.0, CUT_SECONDS - (time.monotonic() - cut_at)))
+    await trio.sleep(max(0.0, CUT_SECONDS - (time.monotonic() - cut_at)))  # deliberate: the cut lasts its time
 
     between.heal("lookupd")
     back = await until(lambda: producers_listed(lookupd_http, "born_during_the_cut"), 40,

@@ -5,6 +5,7 @@ import contextlib
 import httpx
 import pytest
 import trio
+import trio.testing
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
@@ -133,7 +134,7 @@ async def test_receive_after_the_body_reports_disconnect_once_the_response_is_do
                 got.append((await receive())["type"])
 
             nursery.start_soon(wait_disconnect)
-            await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()
             assert got == []  # still waiting: the response is not done
             await send({"type": "http.response.start", "status": 204})
             await send({"type": "http.response.body"})

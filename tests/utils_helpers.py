@@ -13,6 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from .waiting import wait_until  # noqa: F401 (the name the utilities' tests import)
+
 BIN = Path(sys.executable).parent
 GO_LOG_STAMP = r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d"
 
@@ -138,10 +140,3 @@ def topic_stats(port: int, topic: str) -> dict | None:
     stats = json.loads(http(port, f"/stats?format=json&topic={topic}"))
     return next(iter(stats.get("topics") or []), None)
 
-
-def wait_until(predicate, timeout: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
