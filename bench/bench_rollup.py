@@ -24,7 +24,9 @@ the load average (1 minute) before and after: a run on local[2] that had both co
 takes about its CPU seconds / 2 of wall time where its work is parallel.
 
 Then, as nsqadmin's rollup worker runs (rollup_main's worker: one SparkSession kept between
-runs), this process appends a minute and rolls it up, 2 + --warm-runs times on one session:
+runs), this process appends a minute and rolls it up, 2 + --warm-runs times on one session, its
+clock 10 s after the minute (as in a live worker, the minute's hour is still open, not compacted
+again by every run):
 the first two warm it up (JVM start, classes, JIT), the others are measured, CPU seconds of this
 process (the job's Python) and of its JVM. Last, DuckDB (2 threads, in this process) computes
 the README's definitions of every level from the pristine raw files (tests/history_oracle.py,
@@ -47,12 +49,13 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.history_data import ClusterShape, append_minute, generate, retention_keeping  # noqa: E402
+from bench.history_data import ClusterShape, append_minute, generate, newest_snapshot, retention_keeping  # noqa: E402
 from nsqadmin.history import layout  # noqa: E402
 from nsqadmin.history.class_archive import ClassArchive  # noqa: E402
 from nsqadmin.history.spark_session import LARGE_RUN_JVM_OPTIONS, SMALL_RUN_JVM_OPTIONS  # noqa: E402
@@ -62,6 +65,7 @@ FULL_ROWS_PER_SECOND_TARGET = 400_000
 INCREMENTAL_SECONDS_TARGET = 20.0
 WARM_INCREMENTAL_CPU_TARGET = 2.0
 WARM_UP_RUNS = 2
+NOW_AFTER_NEWEST = timedelta(seconds=10)
 # Changes when the generated files change (v2: hours in five-minute row groups, as compaction
 # now writes them); data cached under an older name is not reused.
 DATA_FORMAT = "v3"  # v3: start_time
@@ -71,7 +75,7 @@ PHASES = (("Spark start-up", r"started Spark on \S+ in ([\d.]+) s"),
           ("1h", r"staged \d+ 1h partitions in ([\d.]+) s"),
           ("1d", r"staged \d+ 1d partitions in ([\d.]+) s"),
           ("compaction", r"compacted the raw files of \d+ closed hours in ([\d.]+) s"),
-          ("whole rollup", r"rollup: read .* in ([\d.]+) s"))
+          ("whole rollup", r"INFO: read \d+ raw rows .* in ([\d.]+) s"))
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,7 @@ def run_job(stats_dir: Path, master: str, retention: str, log: Path) -> Measurem
 
 
 def summary_line(log: Path) -> str:
-    lines = [line for line in log.read_text().splitlines() if "rollup: read" in line]
+    lines = [line for line in log.read_text().splitlines() if re.search(r"INFO: read \d+ raw rows", line)]
     return lines[-1] if lines else "(no summary line in the job's log)"
 
 
@@ -224,8 +228,6 @@ def cpu_now() -> float:
 def warm_runs(pristine: Path, master: str, retention: str, runs: int) -> list[tuple[float, float]]:
     """(wall, CPU seconds) of ``runs`` one-minute incremental runs on one warm SparkSession, in the
     stats dir the last measured run left (rolled up), after WARM_UP_RUNS unmeasured ones."""
-    from datetime import timedelta
-
     from nsqadmin.history.rollup_job import run_rollup
     from nsqadmin.history.spark_session import SessionOnDemand
 
@@ -237,7 +239,8 @@ def warm_runs(pristine: Path, master: str, retention: str, runs: int) -> list[tu
         for number in range(WARM_UP_RUNS + runs):
             _, appended = append_minute(work)
             wall, cpu = time.perf_counter(), cpu_now()
-            summary = run_rollup(work, session, retention=keep)
+            now = newest_snapshot(work)[1] + NOW_AFTER_NEWEST  # the clock of a recorder that just wrote it
+            summary = run_rollup(work, session, now=now, retention=keep)
             wall, cpu = time.perf_counter() - wall, cpu_now() - cpu
             label = "warm-up" if number < WARM_UP_RUNS else "measured"
             print(f"warm worker run {number + 1} ({label}): +{appended:,} rows, {wall:.2f} s wall, {cpu:.2f} CPU s; "

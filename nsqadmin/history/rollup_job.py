@@ -88,7 +88,7 @@ class RollupSummary:
 
     def line(self) -> str:
         levels = ", ".join(f"{level}: {count}" for level, count in self.windows.items())
-        return (f"rollup: read {self.raw_rows} raw rows from {self.files} files, wrote "
+        return (f"read {self.raw_rows} raw rows from {self.files} files, wrote "
                 f"{sum(self.windows.values())} windows ({levels}) in {self.seconds:.1f} s")
 
 
@@ -172,7 +172,7 @@ def _roll_up(spark: SparkSession, stats_dir: Path, staging: Path, paths: list[Pa
     months = sorted({day.replace(day=1) for day in days})
     kept_minutes = _existing(stats_dir, "1m", hours)
     keys, salt = named_keys(spark, series_names(paths + kept_minutes))
-    new_minutes = _new_minutes(_snapshots(spark, paths, read_spans(rewrite)), salt, rewrite)
+    new_minutes = _new_minutes(*_snapshots(spark, paths, rewrite), salt, rewrite)
     steps = (("1m", hours, lambda: _write_hourly(spark, staging, new_minutes, kept_minutes, keys, salt, rewrite, hours)),
              ("1h", days, lambda: _write_hours(spark, stats_dir, staging, hours, days)),
              ("1d", months, lambda: _write_days(spark, stats_dir, staging, days, months)))
@@ -207,10 +207,13 @@ def _within_us(column: str, spans: list[Span]) -> Column:
     return reduce(or_, [(F.col(column) >= _micros(start)) & (F.col(column) < _micros(end)) for start, end in spans])
 
 
-def _snapshots(spark: SparkSession, paths: list[Path], spans: list[Span]) -> DataFrame:
-    """The raw rows of ``spans`` that are snapshots (not missing-node markers)."""
+def _snapshots(spark: SparkSession, paths: list[Path], rewrite: list[Span]) -> tuple[DataFrame, DataFrame]:
+    """The raw rows that are snapshots (not missing-node markers): those of the ``rewrite``
+    spans, and those of the look-back before them that the first deltas need."""
     raw = spark.read.schema(RAW_SCHEMA).parquet(*map(str, paths))
-    return raw.where(_within("ts", spans) & ~F.coalesce(F.col("missing"), F.lit(False)))
+    snapshots = raw.where(~F.coalesce(F.col("missing"), F.lit(False)))
+    in_rewrite = _within("ts", rewrite)
+    return snapshots.where(in_rewrite), snapshots.where(_within("ts", read_spans(rewrite)) & ~in_rewrite)
 
 
 def _numbers(snapshots: DataFrame, salt: int) -> DataFrame:
@@ -229,6 +232,25 @@ def _numbers(snapshots: DataFrame, salt: int) -> DataFrame:
         F.col("e2e_ns").getItem("0.99").alias("e2e_p99"),
         F.col("start_time"),
     )
+
+
+def _last_numbers(look_back: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
+    """Of the look-back's snapshots before each rewritten span, each series' last, with only
+    what its successor's deltas need (:func:`_with_deltas`): its time, counters, backlog and
+    ``start_time``; its gauges are 0 and its e2e null. The look-back's minutes are not
+    rewritten, so nothing else of it is used, and a span's first delta needs no other
+    predecessor than the last before the span: a minute's worth of new rows takes the series'
+    15 minutes before them to one row each, read without their e2e maps."""
+    numbers = _numbers(look_back, salt)
+    carried = ("minute_us", "message_count", "requeue_count", "timeout_count", "backlog", "start_time")
+    spans_before = reduce(lambda total, end: total + F.when(F.col("ts_us") >= _micros(end), 1).otherwise(0),
+                          [end for _, end in rewrite], F.lit(0))
+    return (numbers.groupBy("sid", "all_key", spans_before.alias("before_span"))
+            .agg(F.max("ts_us").alias("ts_us"), *(F.max_by(name, "ts_us").alias(name) for name in carried))
+            .select(*(F.lit(0).cast("long").alias(name) if name in ("depth", "in_flight", "client_count")
+                      else F.lit(False).alias(name) if name == "paused"
+                      else F.lit(None).cast("double").alias(name) if name == "e2e_p99"
+                      else F.col(name) for name in numbers.columns)))
 
 
 def _with_deltas(numbers: DataFrame) -> DataFrame:
@@ -265,7 +287,7 @@ def _with_deltas(numbers: DataFrame) -> DataFrame:
     })
 
 
-def _new_minutes(snapshots: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
+def _new_minutes(snapshots: DataFrame, look_back: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
     """The rewritten minutes of every series (``key``, ``all_key``, values) and of every
     topic's and channel's ALL_NODES row (``key`` = ``all_key``).
 
@@ -279,7 +301,7 @@ def _new_minutes(snapshots: DataFrame, salt: int, rewrite: list[Span]) -> DataFr
     ALL_NODES minutes are then left out (no node minute of theirs gives them a covered time):
     a filter on their minutes would be pushed under the shuffle. Otherwise each use would read
     and shuffle the raw rows on its own, a third of a full run."""
-    numbers = _numbers(snapshots, salt).repartition("all_key")
+    numbers = _numbers(snapshots, salt).unionByName(_last_numbers(look_back, salt, rewrite)).repartition("all_key")
     deltas = _with_deltas(numbers).where(_within_us("minute_us", rewrite))
     group = ["all_key", "sid", "minute_us"]
     nodes = (with_group_max(deltas, group, "depth").groupBy(*group).agg(*node_minute_aggregates())
