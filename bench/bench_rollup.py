@@ -71,7 +71,7 @@ NOW_AFTER_NEWEST = timedelta(seconds=10)
 DATA_FORMAT = "v3"  # v3: start_time
 # What the job's log says of its phases (rollup_job, spark_session), as (label, pattern of its seconds).
 PHASES = (("Spark start-up", r"started Spark on \S+ in ([\d.]+) s"),
-          ("1m + hours' Spark work", r"staged \d+ 1m partitions in ([\d.]+) s"),
+          ("1m Spark work", r"staged \d+ 1m partitions in ([\d.]+) s"),
           ("1h", r"staged \d+ 1h partitions in ([\d.]+) s"),
           ("1d", r"staged \d+ 1d partitions in ([\d.]+) s"),
           ("compaction", r"compacted the raw files of \d+ closed hours in ([\d.]+) s"),
