@@ -141,7 +141,7 @@ def _roll_up_new_files(stats_dir: Path, spark: Callable[[int], SparkSession], st
     new_files = [relative for relative in files if relative not in state.seen]
     log.info("found %d raw files, %d new", len(files), len(new_files))
     summary = RollupSummary()
-    raw_bytes = 0
+    raw_bytes, wrote_coarser = 0, False
     staging = layout.rollups_dir(stats_dir) / f"{STAGING_PREFIX}{os.getpid()}"
     try:
         if new_files:
@@ -153,11 +153,12 @@ def _roll_up_new_files(stats_dir: Path, spark: Callable[[int], SparkSession], st
                 spark(raw_bytes).conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(raw_bytes)))
             _roll_up_coarser(stats_dir, spark(raw_bytes), staging, state, summary)
             state.coarser_written()
+            wrote_coarser = True
         elif state.stale_hours:
             log.info("the 1h and 1d windows of %d hours wait for a later run", len(state.stale_hours))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    if new_files or summary.windows["1h"]:
+    if new_files or wrote_coarser:
         save_state(stats_dir, state)
     return summary
 
@@ -186,12 +187,12 @@ def _roll_up_minutes(stats_dir: Path, spark: Callable[[int], SparkSession], stag
     session = spark(raw_bytes)
     session.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(raw_bytes)))
     hours = hours_overlapping(rewrite)
-    kept_minutes = _existing(stats_dir, "1m", hours)
-    keys, salt = named_keys(session, series_names(paths + kept_minutes))
+    keys, salt = named_keys(session, series_names(paths))
     new_minutes = _new_minutes(*_snapshots(session, paths, rewrite), salt, rewrite)
-    _stage("1m", staging, lambda: _write_minutes(session, staging, new_minutes, kept_minutes, keys, salt, rewrite, hours))
+    _stage("1m", staging, lambda: _write_minutes(session, staging, new_minutes, keys, hours))
     summary.rewrite, summary.files = rewrite, len(paths)
     summary.raw_rows, summary.windows["1m"] = _count_minutes(_staged(staging, "1m"), rewrite)
+    _keep_other_minutes(stats_dir, staging, hours, rewrite)
     _publish_level(stats_dir, staging, "1m", hours, summary)
     return raw_bytes
 
@@ -385,20 +386,37 @@ def _with_partition_keys(frame: DataFrame, level: str) -> DataFrame:
     return frame
 
 
-def _write_minutes(spark: SparkSession, staging: Path, new_minutes: DataFrame, kept_minutes: list[Path],
-                   keys: DataFrame, salt: int, rewrite: list[Span], touched: list[datetime]) -> None:
-    """The ``touched`` hours' 1m partitions, one task and one file per hour: its new minutes
-    and those it keeps outside the rewritten minutes (every node's and the ALL_NODES ones)."""
-    if kept_minutes:
-        kept = (_read_rollups(spark, kept_minutes).where(~_within("ts", rewrite))
-                .select(window_key(salt).alias("key"), window_key(salt, F.lit(layout.ALL_NODES)).alias("all_key"),
-                        *VALUES))
-        new_minutes = new_minutes.unionByName(kept)
+def _write_minutes(spark: SparkSession, staging: Path, new_minutes: DataFrame, keys: DataFrame,
+                   touched: list[datetime]) -> None:
+    """The rewritten minutes of the ``touched`` hours, one task and one file per hour."""
     ts_us = F.unix_micros("ts")
     minutes = (new_minutes.withColumn("hour_start", F.timestamp_micros(ts_us - ts_us % HOUR_US))
                .repartition("hour_start").select("hour_start", "key", *VALUES))
     rows = _named(minutes, keys).join(F.broadcast(_hour_partitions(spark, touched)), "hour_start").drop("hour_start")
     rows.write.partitionBy(*PARTITION_KEYS["1m"]).parquet(str(staging / "1m"))
+
+
+def _keep_other_minutes(stats_dir: Path, staging: Path, hours: list[datetime], rewrite: list[Span]) -> None:
+    """Add to each touched hour's staged 1m file the windows its partition keeps outside the
+    rewritten minutes (every node's and the ALL_NODES ones). Done here rather than in Spark: a
+    one-minute run's new minutes are 1/60 of an hour's, and Spark reading, shuffling and
+    writing the other 59 cost more than the whole rest of the run."""
+    for final in _existing(stats_dir, "1m", hours):
+        kept = pq.read_table(final, schema=layout.ROLLUP_SCHEMA)
+        kept = kept.filter(pc.invert(_within_arrow(kept["ts"], rewrite)))
+        if kept.num_rows == 0:
+            continue
+        staged_dir = staging / "1m" / final.parent.relative_to(layout.rollups_dir(stats_dir) / "1m")
+        new = layout.visible_files(staged_dir)
+        merged = pa.concat_tables([kept, *(pq.read_table(path, schema=layout.ROLLUP_SCHEMA) for path in new)])
+        staged_dir.mkdir(parents=True, exist_ok=True)
+        pq.write_table(merged, staged_dir / layout.ROLLUP_FILE)
+        for path in new:
+            path.unlink()
+
+
+def _within_arrow(ts: pa.ChunkedArray, spans: list[Span]) -> pa.ChunkedArray:
+    return reduce(pc.or_, [pc.and_(pc.greater_equal(ts, start), pc.less(ts, end)) for start, end in spans])
 
 
 def _hour_partitions(spark: SparkSession, hours: list[datetime]) -> DataFrame:
@@ -454,8 +472,7 @@ def _count_minutes(files: list[Path], rewrite: list[Span]) -> tuple[int, int]:
     snapshots = windows = 0
     for path in files:
         table = pq.read_table(path, columns=["ts", "node", "samples"])
-        rewritten = table.filter(reduce(pc.or_, [pc.and_(pc.greater_equal(table["ts"], start),
-                                                         pc.less(table["ts"], end)) for start, end in rewrite]))
+        rewritten = table.filter(_within_arrow(table["ts"], rewrite))
         windows += rewritten.num_rows
         snapshots += pc.sum(rewritten.filter(pc.not_equal(rewritten["node"], layout.ALL_NODES))["samples"]).as_py() or 0
     return snapshots, windows

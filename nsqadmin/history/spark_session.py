@@ -82,13 +82,10 @@ SETTINGS = {
     # The e2e latencies of the rollups hardly repeat: Parquet's writer would fill a dictionary of
     # them in every file only to drop it (3% of a full run).
     "spark.hadoop.parquet.enable.dictionary#e2e_p99_max": "false",
-    # A task writes its hour's minutes and 1h windows as two files open at once, rather than
+    # A task writes its hour's minutes (or its partition's windows) as they come, rather than
     # sorting every row by its partition first.
     "spark.sql.optimizer.plannedWrite.enabled": "false",
     "spark.sql.maxConcurrentOutputFileWriters": "64",
-    # The minutes are cached for one write that reads them twice: compressing them costs more
-    # than it saves.
-    "spark.sql.inMemoryColumnarStorage.compressed": "false",
     # Checksums of shuffle data cost 3% of a full run and guard against retries a local run
     # does not make.
     "spark.shuffle.checksum.enabled": "false",
