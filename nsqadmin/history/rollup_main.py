@@ -126,6 +126,10 @@ class Stop(BaseException):
 
 
 def _raise_stop(signum, frame) -> None:
+    """Stop once: a second SIGTERM (nsqadmin's, after the end of standard input sent the first)
+    would raise again in the middle of stopping Spark."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise Stop()
 
 
