@@ -61,7 +61,8 @@ FLAGS = [
     Flag("stats-retention", "duration", 168 * 3600.0,
          "how long the rollup job keeps raw snapshots and rollup windows in --stats-dir before deleting them"),
     Flag("rollup-interval", "duration", 60.0,
-         "how often to run the rollup job (a separate process) over the snapshots (0 = no scheduled rollups)"),
+         "how often nsqadmin's rollup worker (one process it starts and restarts, keeping Spark warm between "
+         "runs) rolls up the new snapshots (0 = no worker, no scheduled rollups)"),
     Flag("spark-master", "str", "local[*]",
          "Spark master of the rollup job: local, local[N], local[*] or spark://HOST:PORT"),
     Flag("nsqd-auth-secret", "str", "",

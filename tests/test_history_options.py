@@ -69,7 +69,7 @@ def test_usage_documents_the_history_flags():
     usage = run("--help").stderr
     for flag in ("-stats-dir string", "-stats-interval duration", "-stats-retention duration",
                  "-rollup-interval duration", "-spark-master string", "0 turns recording off",
-                 "0 = no scheduled rollups"):
+                 "0 = no worker, no scheduled rollups"):
         assert flag in usage, flag
 
 

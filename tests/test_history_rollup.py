@@ -3,6 +3,7 @@ messages, rates and depth statistics at every level and across nodes, a counter 
 went missing, a late file, incremental runs equal to a full run, compaction (also interrupted),
 retention, and the nsqadmin-rollup command."""
 
+import shutil
 import subprocess
 import sys
 from datetime import timedelta
@@ -106,6 +107,38 @@ def test_incremental_runs_and_a_late_file_give_what_one_full_run_gives(spark, tm
         assert normalised(rollups(incremental, level)) == normalised(rollups(full, level)), level
     for stats_dir in (incremental, full):
         assert load_state(stats_dir).seen == set(raw_files(stats_dir))
+
+
+def test_the_workers_hours_and_days_follow_their_minutes_within_ten_minutes_or_when_the_hour_closes(spark, tmp_path):
+    """As nsqadmin's worker runs the job (coarser_every): one-minute runs write the open hour's
+    minutes only; a run 10 minutes after the first (new files or not) or after the hour closed
+    writes its hour and day, the same as a run over everything."""
+    worker = {"coarser_every": timedelta(minutes=10)}
+    full = tmp_path / "full"
+
+    def same_as_a_full_run(now):
+        copy_raw(tmp_path / "worker", full)
+        roll_up(spark, full, now=now)
+        for level in layout.WINDOWS:
+            assert normalised(rollups(tmp_path / "worker", level)) == normalised(rollups(full, level)), level
+
+    stats_dir = tmp_path / "worker"
+    for ticks, now in ((range(6), T0 + 70), (range(6, 12), T0 + 130)):
+        write_raw(stats_dir, traffic(A, 1, ticks))
+        summary = roll_up(spark, stats_dir, now=utc(now), **worker)
+        assert summary.windows == {"1m": summary.windows["1m"], "1h": 0, "1d": 0} and summary.windows["1m"] > 0
+    assert rollups(stats_dir, "1h") == rollups(stats_dir, "1d") == []
+    assert utc(T0) in load_state(stats_dir).stale_hours
+    assert roll_up(spark, stats_dir, now=utc(T0 + 70 + 599), **worker).windows["1h"] == 0
+    summary = roll_up(spark, stats_dir, now=utc(T0 + 70 + 600), **worker)  # nothing new: the hour is due
+    assert summary.windows["1h"] == 2 and load_state(stats_dir).stale_hours == set()
+    same_as_a_full_run(utc(T0 + 70 + 600))
+    write_raw(stats_dir, traffic(A, 1, range(12, 18)))
+    assert roll_up(spark, stats_dir, now=utc(T0 + 800), **worker).windows["1h"] == 0
+    shutil.rmtree(full)
+    summary = roll_up(spark, stats_dir, now=utc(T0 + 3600), **worker)  # the hour closed
+    assert summary.windows["1h"] == 2
+    same_as_a_full_run(utc(T0 + 3600))
 
 
 def test_compaction_merges_a_closed_hour_and_later_runs_stay_exact(spark, tmp_path):

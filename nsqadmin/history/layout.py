@@ -7,7 +7,7 @@ Theory of operation. Three writers and readers share one directory tree:
     <stats-dir>/rollups/1h/date=YYYY-MM-DD/rollup.parquet          1-hour windows of that day
     <stats-dir>/rollups/1d/month=YYYY-MM/rollup.parquet            1-day windows of that month
     <stats-dir>/rollups/health.json                                 every channel's status
-    <stats-dir>/rollups/_state.json                                 the job's record of raw files seen
+    <stats-dir>/rollups/_state.json                                 the raw files rolled up, the hours to finish
     <stats-dir>/rollups/.lock                                       one rollup run at a time
 
 Every file appears whole or not at all: it is written under a hidden name (a leading

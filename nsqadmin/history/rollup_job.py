@@ -4,7 +4,7 @@ Theory of operation. One run, under rollups/.lock:
 
 1. Finish or roll back an interrupted compaction and merge the small files of closed blocks
    (compaction.py), then find the raw files not yet rolled up (rollup_state.py). Without any,
-   skip to 5: Spark is not even asked for.
+   skip to 5: Spark is not even asked for unless stale hours are due.
 2. Work out the minutes to rewrite and the raw files to read (touched.py), and read those
    files' rows of the needed spans, leaving out the rows that only mark a node as missing.
 3. The minutes. A shuffle by topic and channel (the ALL_NODES key, series_ids.py) puts every
@@ -15,14 +15,17 @@ Theory of operation. One run, under rollups/.lock:
    aggregation that keeps the partitioning; the cluster's polls (the nodes' gauges summed per
    poll time) and minutes; and the ALL_NODES minutes from both (rollup_columns.py). Names stay
    keys until the rows are written.
-4. Each level is written whole for every partition it touches. A 1m partition (an hour) gets
-   the rows it keeps outside the rewritten minutes and the new ones, shuffled so an hour is one
-   task and one file, and the hour's 1h windows from those minutes in the same task. A 1h
-   partition (a day) gets those hours with the hours it keeps, a 1d partition (a month) the
-   days of the new 1h files. Files are staged in a hidden directory and then each replaces its
-   partition atomically. A run that dies before saving the state leaves its raw files new, and
-   the next run rewrites the same partitions again.
-5. health.json from the newest minutes, then the state, retention, and the closed hours'
+4. Each level is written whole for every partition it touches, staged in a hidden directory
+   and then each file replaces its partition atomically. A 1m partition (an hour) gets the rows
+   it keeps outside the rewritten minutes and the new ones, shuffled so an hour is one task and
+   one file; it is published at once, and its hour marked stale in the state.
+5. The stale hours' 1h windows, from their published 1m partitions, with the hours their days
+   keep; the touched months' 1d windows from those days' 1h windows and the days they keep. A
+   run by hand writes them at once; nsqadmin's worker (``coarser_every``) when one of the stale
+   hours has closed or they have waited COARSER_EVERY, so its one-minute runs do only the
+   minutes. A run that dies before saving the state leaves its raw files new and the hours
+   stale, and the next run rewrites the same partitions again.
+6. health.json from the newest minutes, then the state, retention, and the closed hours'
    compaction.
 """
 
@@ -58,6 +61,8 @@ from .touched import (MAX_DELTA_GAP, Span, files_to_read, hours_overlapping, new
 log = logging.getLogger("nsqadmin-rollup")
 
 DEFAULT_RETENTION = timedelta(hours=168)
+# How long nsqadmin's worker lets the open hour's 1h and 1d windows wait behind its 1m windows.
+COARSER_EVERY = timedelta(minutes=10)
 RAW_SCHEMA = spark_schema(layout.RAW_SCHEMA)
 ROLLUP_SCHEMA = spark_schema(layout.ROLLUP_SCHEMA)
 ROLLUP_NAMES = layout.ROLLUP_SCHEMA.names
@@ -73,8 +78,6 @@ PARTITION_KEYS = {"1m": {"date": "yyyy-MM-dd", "hour": "HH"}, "1h": {"date": "yy
                   "1d": {"month": "yyyy-MM"}}
 PYTHON_FORMATS = {"date": "%Y-%m-%d", "hour": "%H"}
 STAGING_PREFIX = ".staging-"
-# Where the job stages what one task per hour writes: each hour's 1m partition and 1h windows.
-HOURLY = "hourly"
 
 
 @dataclass
@@ -85,18 +88,21 @@ class RollupSummary:
     files: int = 0
     windows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(layout.WINDOWS, 0))
     seconds: float = 0.0
+    rewrite: list[Span] = field(default_factory=list)
 
     def line(self) -> str:
         levels = ", ".join(f"{level}: {count}" for level, count in self.windows.items())
-        return (f"rollup: read {self.raw_rows} raw rows from {self.files} files, wrote "
+        return (f"read {self.raw_rows} raw rows from {self.files} files, wrote "
                 f"{sum(self.windows.values())} windows ({levels}) in {self.seconds:.1f} s")
 
 
 def run_rollup(stats_dir: str | Path, spark: Callable[[int], SparkSession], now: datetime | None = None,
-               retention: timedelta = DEFAULT_RETENTION) -> RollupSummary | None:
+               retention: timedelta = DEFAULT_RETENTION, coarser_every: timedelta = timedelta(0)) -> RollupSummary | None:
     """One run over ``stats_dir``; None if another run holds the lock. ``spark(raw_bytes)`` is
     called only when there is something to roll up, with the size of the raw files to read;
-    ``now`` decides retention and which hours are closed."""
+    ``now`` decides retention and which hours are closed. The 1h and 1d windows of hours whose
+    minutes changed are written at once, or (``coarser_every``) when one of those hours has
+    closed or they have waited that long."""
     started = time.monotonic()
     stats_dir = Path(stats_dir)
     now = now or datetime.now(timezone.utc)
@@ -108,7 +114,7 @@ def run_rollup(stats_dir: str | Path, spark: Callable[[int], SparkSession], now:
         state = load_state(stats_dir)
         compaction.recover(stats_dir, state)
         _compact("blocks", lambda: compaction.compact_closed_blocks(stats_dir, state, now))
-        summary = _roll_up_new_files(stats_dir, spark, state)
+        summary = _roll_up_new_files(stats_dir, spark, state, now, coarser_every)
         write_health(stats_dir, now)
         _apply_retention(stats_dir, state, now - retention)
         _compact("hours", lambda: compaction.compact_closed_hours(stats_dir, state, now))
@@ -129,26 +135,31 @@ def _remove_staging(stats_dir: Path) -> None:
         shutil.rmtree(staging)
 
 
-def _roll_up_new_files(stats_dir: Path, spark: Callable[[int], SparkSession], state: RollupState) -> RollupSummary:
+def _roll_up_new_files(stats_dir: Path, spark: Callable[[int], SparkSession], state: RollupState, now: datetime,
+                       coarser_every: timedelta) -> RollupSummary:
     files = _raw_files_in_layout(stats_dir)
     new_files = [relative for relative in files if relative not in state.seen]
     log.info("found %d raw files, %d new", len(files), len(new_files))
-    if not new_files:
-        return RollupSummary()
-    rewrite = rewrite_spans(new_row_spans(layout.raw_dir(stats_dir), new_files, state.seen))
-    raw = layout.raw_dir(stats_dir)
-    paths = [raw / relative for relative in files_to_read(raw, files, read_spans(rewrite))]
-    raw_bytes = sum(path.stat().st_size for path in paths)
-    log.info("reading %d raw files (%.1f MB) to rewrite %s", len(paths), raw_bytes / 1e6, _describe(rewrite))
-    session = spark(raw_bytes)
-    session.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(raw_bytes)))
+    summary = RollupSummary()
+    raw_bytes, wrote_coarser = 0, False
     staging = layout.rollups_dir(stats_dir) / f"{STAGING_PREFIX}{os.getpid()}"
     try:
-        summary = _roll_up(session, stats_dir, staging, paths, rewrite)
+        if new_files:
+            raw_bytes = _roll_up_minutes(stats_dir, spark, staging, files, new_files, state, summary)
+            state.seen.update(new_files)
+            state.mark_stale(hours_overlapping(summary.rewrite), now)
+        if state.coarser_due(now, coarser_every):
+            if not new_files:
+                spark(raw_bytes).conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(raw_bytes)))
+            _roll_up_coarser(stats_dir, spark(raw_bytes), staging, state, summary)
+            state.coarser_written()
+            wrote_coarser = True
+        elif state.stale_hours:
+            log.info("the 1h and 1d windows of %d hours wait for a later run", len(state.stale_hours))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    state.seen.update(new_files)
-    save_state(stats_dir, state)
+    if new_files or wrote_coarser:
+        save_state(stats_dir, state)
     return summary
 
 
@@ -165,30 +176,53 @@ def _raw_files_in_layout(stats_dir: Path) -> list[str]:
     return files
 
 
-def _roll_up(spark: SparkSession, stats_dir: Path, staging: Path, paths: list[Path],
-             rewrite: list[Span]) -> RollupSummary:
+def _roll_up_minutes(stats_dir: Path, spark: Callable[[int], SparkSession], staging: Path, files: list[str],
+                     new_files: list[str], state: RollupState, summary: RollupSummary) -> int:
+    """Rewrite and publish the 1m partitions the new files touch; the bytes of raw files read."""
+    raw = layout.raw_dir(stats_dir)
+    rewrite = rewrite_spans(new_row_spans(raw, new_files, state.seen))
+    paths = [raw / relative for relative in files_to_read(raw, files, read_spans(rewrite))]
+    raw_bytes = sum(path.stat().st_size for path in paths)
+    log.info("reading %d raw files (%.1f MB) to rewrite %s", len(paths), raw_bytes / 1e6, _describe(rewrite))
+    session = spark(raw_bytes)
+    session.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(raw_bytes)))
     hours = hours_overlapping(rewrite)
+    keys, salt = named_keys(session, series_names(paths))
+    new_minutes = _new_minutes(*_snapshots(session, paths, rewrite), salt, rewrite)
+    _stage("1m", staging, lambda: _write_minutes(session, staging, new_minutes, keys, hours))
+    summary.rewrite, summary.files = rewrite, len(paths)
+    summary.raw_rows, summary.windows["1m"] = _count_minutes(_staged(staging, "1m"), rewrite)
+    _keep_other_minutes(stats_dir, staging, hours, rewrite)
+    _publish_level(stats_dir, staging, "1m", hours, summary)
+    return raw_bytes
+
+
+def _roll_up_coarser(stats_dir: Path, spark: SparkSession, staging: Path, state: RollupState,
+                     summary: RollupSummary) -> None:
+    """Rewrite and publish the 1h and 1d partitions of the stale hours, from their published
+    1m partitions."""
+    hours = sorted(state.stale_hours)
     days = sorted({hour.replace(hour=0) for hour in hours})
     months = sorted({day.replace(day=1) for day in days})
-    kept_minutes = _existing(stats_dir, "1m", hours)
-    keys, salt = named_keys(spark, series_names(paths + kept_minutes))
-    new_minutes = _new_minutes(_snapshots(spark, paths, read_spans(rewrite)), salt, rewrite)
-    steps = (("1m", hours, lambda: _write_hourly(spark, staging, new_minutes, kept_minutes, keys, salt, rewrite, hours)),
-             ("1h", days, lambda: _write_hours(spark, stats_dir, staging, hours, days)),
-             ("1d", months, lambda: _write_days(spark, stats_dir, staging, days, months)))
-    for level, partitions, write in steps:
-        started = time.monotonic()
-        write()
-        log.info("staged %d %s partitions in %.1f s", len(_staged(staging, level)), level, time.monotonic() - started)
-    summary = RollupSummary(files=len(paths))
-    summary.raw_rows, summary.windows["1m"] = _count_minutes(_staged(staging, "1m"), rewrite)
+    _stage("1h", staging, lambda: _write_hours(spark, stats_dir, staging, hours, days))
+    _stage("1d", staging, lambda: _write_days(spark, stats_dir, staging, days, months))
     summary.windows["1h"] = _count_windows(_staged(staging, "1h"), hours)
     summary.windows["1d"] = _count_windows(_staged(staging, "1d"), days)
-    for level, partitions, _ in steps:
-        files = len(_staged(staging, level))
-        _publish(stats_dir, staging, level, partitions)
-        log.info("wrote %d %s windows into %d partitions", summary.windows[level], level, files)
-    return summary
+    _publish_level(stats_dir, staging, "1h", days, summary)
+    _publish_level(stats_dir, staging, "1d", months, summary)
+
+
+def _stage(level: str, staging: Path, write: Callable[[], None]) -> None:
+    started = time.monotonic()
+    write()
+    log.info("staged %d %s partitions in %.1f s", len(_staged(staging, level)), level, time.monotonic() - started)
+
+
+def _publish_level(stats_dir: Path, staging: Path, level: str, partitions: list[datetime],
+                   summary: RollupSummary) -> None:
+    files = len(_staged(staging, level))
+    _publish(stats_dir, staging, level, partitions)
+    log.info("wrote %d %s windows into %d partitions", summary.windows[level], level, files)
 
 
 def _describe(spans: list[Span]) -> str:
@@ -207,10 +241,13 @@ def _within_us(column: str, spans: list[Span]) -> Column:
     return reduce(or_, [(F.col(column) >= _micros(start)) & (F.col(column) < _micros(end)) for start, end in spans])
 
 
-def _snapshots(spark: SparkSession, paths: list[Path], spans: list[Span]) -> DataFrame:
-    """The raw rows of ``spans`` that are snapshots (not missing-node markers)."""
+def _snapshots(spark: SparkSession, paths: list[Path], rewrite: list[Span]) -> tuple[DataFrame, DataFrame]:
+    """The raw rows that are snapshots (not missing-node markers): those of the ``rewrite``
+    spans, and those of the look-back before them that the first deltas need."""
     raw = spark.read.schema(RAW_SCHEMA).parquet(*map(str, paths))
-    return raw.where(_within("ts", spans) & ~F.coalesce(F.col("missing"), F.lit(False)))
+    snapshots = raw.where(~F.coalesce(F.col("missing"), F.lit(False)))
+    in_rewrite = _within("ts", rewrite)
+    return snapshots.where(in_rewrite), snapshots.where(_within("ts", read_spans(rewrite)) & ~in_rewrite)
 
 
 def _numbers(snapshots: DataFrame, salt: int) -> DataFrame:
@@ -229,6 +266,25 @@ def _numbers(snapshots: DataFrame, salt: int) -> DataFrame:
         F.col("e2e_ns").getItem("0.99").alias("e2e_p99"),
         F.col("start_time"),
     )
+
+
+def _last_numbers(look_back: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
+    """Of the look-back's snapshots before each rewritten span, each series' last, with only
+    what its successor's deltas need (:func:`_with_deltas`): its time, counters, backlog and
+    ``start_time``; its gauges are 0 and its e2e null. The look-back's minutes are not
+    rewritten, so nothing else of it is used, and a span's first delta needs no other
+    predecessor than the last before the span: a minute's worth of new rows takes the series'
+    15 minutes before them to one row each, read without their e2e maps."""
+    numbers = _numbers(look_back, salt)
+    carried = ("minute_us", "message_count", "requeue_count", "timeout_count", "backlog", "start_time")
+    spans_before = reduce(lambda total, end: total + F.when(F.col("ts_us") >= _micros(end), 1).otherwise(0),
+                          [end for _, end in rewrite], F.lit(0))
+    return (numbers.groupBy("sid", "all_key", spans_before.alias("before_span"))
+            .agg(F.max("ts_us").alias("ts_us"), *(F.max_by(name, "ts_us").alias(name) for name in carried))
+            .select(*(F.lit(0).cast("long").alias(name) if name in ("depth", "in_flight", "client_count")
+                      else F.lit(False).alias(name) if name == "paused"
+                      else F.lit(None).cast("double").alias(name) if name == "e2e_p99"
+                      else F.col(name) for name in numbers.columns)))
 
 
 def _with_deltas(numbers: DataFrame) -> DataFrame:
@@ -265,7 +321,7 @@ def _with_deltas(numbers: DataFrame) -> DataFrame:
     })
 
 
-def _new_minutes(snapshots: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
+def _new_minutes(snapshots: DataFrame, look_back: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
     """The rewritten minutes of every series (``key``, ``all_key``, values) and of every
     topic's and channel's ALL_NODES row (``key`` = ``all_key``).
 
@@ -279,7 +335,7 @@ def _new_minutes(snapshots: DataFrame, salt: int, rewrite: list[Span]) -> DataFr
     ALL_NODES minutes are then left out (no node minute of theirs gives them a covered time):
     a filter on their minutes would be pushed under the shuffle. Otherwise each use would read
     and shuffle the raw rows on its own, a third of a full run."""
-    numbers = _numbers(snapshots, salt).repartition("all_key")
+    numbers = _numbers(snapshots, salt).unionByName(_last_numbers(look_back, salt, rewrite)).repartition("all_key")
     deltas = _with_deltas(numbers).where(_within_us("minute_us", rewrite))
     group = ["all_key", "sid", "minute_us"]
     nodes = (with_group_max(deltas, group, "depth").groupBy(*group).agg(*node_minute_aggregates())
@@ -330,35 +386,37 @@ def _with_partition_keys(frame: DataFrame, level: str) -> DataFrame:
     return frame
 
 
-def _write_hourly(spark: SparkSession, staging: Path, new_minutes: DataFrame, kept_minutes: list[Path],
-                  keys: DataFrame, salt: int, rewrite: list[Span], touched: list[datetime]) -> None:
-    """The ``touched`` hours' 1m partitions and the 1h windows of those hours, one task per hour.
-
-    One shuffle puts each hour in one task: its new minutes and those it keeps outside the
-    rewritten minutes (every node's and the ALL_NODES ones). There the hour's 1h windows are
-    aggregated from those minutes, each node's from its own and the cluster's own from the
-    ALL_NODES minutes, and combined across nodes (:func:`_across_nodes`) in the same task.
-    Both go out in one write: each hour's minutes as one file of level=1m, its 1h windows as
-    one file of level=1h that :func:`_write_hours` merges."""
-    if kept_minutes:
-        kept = (_read_rollups(spark, kept_minutes).where(~_within("ts", rewrite))
-                .select(window_key(salt).alias("key"), window_key(salt, F.lit(layout.ALL_NODES)).alias("all_key"),
-                        *VALUES))
-        new_minutes = new_minutes.unionByName(kept)
+def _write_minutes(spark: SparkSession, staging: Path, new_minutes: DataFrame, keys: DataFrame,
+                   touched: list[datetime]) -> None:
+    """The rewritten minutes of the ``touched`` hours, one task and one file per hour."""
     ts_us = F.unix_micros("ts")
     minutes = (new_minutes.withColumn("hour_start", F.timestamp_micros(ts_us - ts_us % HOUR_US))
-               .repartition("hour_start").persist())
-    finer = (with_group_p95(minutes, ["hour_start", "key"], "depth_avg").groupBy("hour_start", "key", "all_key")
-             .agg(*coarser_aggregates())
-             .withColumn("ts", F.col("hour_start")).select("hour_start", "key", "all_key", *coarser_columns()))
-    hours = _across_nodes(finer, ["hour_start", "all_key"], "key", F.col("all_key"))
-    levels = (minutes.select("hour_start", "key", *VALUES, F.lit("1m").alias("level"))
-              .unionByName(hours.select("hour_start", "key", *VALUES, F.lit("1h").alias("level"))))
-    rows = _named(levels, keys).join(F.broadcast(_hour_partitions(spark, touched)), "hour_start").drop("hour_start")
-    try:
-        rows.write.partitionBy("level", *PARTITION_KEYS["1m"]).parquet(str(staging / HOURLY))
-    finally:
-        minutes.unpersist()
+               .repartition("hour_start").select("hour_start", "key", *VALUES))
+    rows = _named(minutes, keys).join(F.broadcast(_hour_partitions(spark, touched)), "hour_start").drop("hour_start")
+    rows.write.partitionBy(*PARTITION_KEYS["1m"]).parquet(str(staging / "1m"))
+
+
+def _keep_other_minutes(stats_dir: Path, staging: Path, hours: list[datetime], rewrite: list[Span]) -> None:
+    """Add to each touched hour's staged 1m file the windows its partition keeps outside the
+    rewritten minutes (every node's and the ALL_NODES ones). Done here rather than in Spark: a
+    one-minute run's new minutes are 1/60 of an hour's, and Spark reading, shuffling and
+    writing the other 59 cost more than the whole rest of the run."""
+    for final in _existing(stats_dir, "1m", hours):
+        kept = pq.read_table(final, schema=layout.ROLLUP_SCHEMA)
+        kept = kept.filter(pc.invert(_within_arrow(kept["ts"], rewrite)))
+        if kept.num_rows == 0:
+            continue
+        staged_dir = staging / "1m" / final.parent.relative_to(layout.rollups_dir(stats_dir) / "1m")
+        new = layout.visible_files(staged_dir)
+        merged = pa.concat_tables([kept, *(pq.read_table(path, schema=layout.ROLLUP_SCHEMA) for path in new)])
+        staged_dir.mkdir(parents=True, exist_ok=True)
+        pq.write_table(merged, staged_dir / layout.ROLLUP_FILE)
+        for path in new:
+            path.unlink()
+
+
+def _within_arrow(ts: pa.ChunkedArray, spans: list[Span]) -> pa.ChunkedArray:
+    return reduce(pc.or_, [pc.and_(pc.greater_equal(ts, start), pc.less(ts, end)) for start, end in spans])
 
 
 def _hour_partitions(spark: SparkSession, hours: list[datetime]) -> DataFrame:
@@ -372,22 +430,29 @@ def _hour_partitions(spark: SparkSession, hours: list[datetime]) -> DataFrame:
 
 def _write_hours(spark: SparkSession, stats_dir: Path, staging: Path, hours: list[datetime],
                  days: list[datetime]) -> None:
-    """The touched days' 1h partitions: the rewritten hours' windows with those kept."""
-    pieces = layout.visible_files(staging / HOURLY / "level=1h")
+    """The touched days' 1h partitions: the windows of ``hours``, from their 1m partitions,
+    with the other hours' windows kept."""
+    minutes = _read_rollups(spark, _existing(stats_dir, "1m", hours))
     kept = _read_rollups(spark, _existing(stats_dir, "1h", days)).where(~F.col("ts").isin(hours))
-    _write_level(staging, "1h", _read_rollups(spark, pieces).unionByName(kept))
+    _write_level(staging, "1h", _coarser(minutes, "hour").unionByName(kept))
 
 
 def _write_days(spark: SparkSession, stats_dir: Path, staging: Path, days: list[datetime],
                 months: list[datetime]) -> None:
     """The touched months' 1d partitions: the rewritten days' windows, from the 1h windows just
     staged, with those kept."""
-    hours = _read_rollups(spark, _staged(staging, "1h")).withColumn("day", F.date_trunc("day", "ts"))
-    finer = (with_group_p95(hours, [*NAMES, "day"], "depth_avg").groupBy(*NAMES, "day").agg(*coarser_aggregates())
-             .withColumn("ts", F.col("day")).select(*NAMES, *coarser_columns()))
-    windows = _across_nodes(finer, ["topic", "channel"], "node", F.lit(layout.ALL_NODES)).select(*ROLLUP_NAMES)
     kept = _read_rollups(spark, _existing(stats_dir, "1d", months)).where(~F.col("ts").isin(days))
-    _write_level(staging, "1d", windows.unionByName(kept))
+    _write_level(staging, "1d", _coarser(_read_rollups(spark, _staged(staging, "1h")), "day").unionByName(kept))
+
+
+def _coarser(finer: DataFrame, unit: str) -> DataFrame:
+    """The windows of each ``unit`` ("hour", "day") from the ``finer`` windows in it: each
+    node's from its own, the cluster's own from the ALL_NODES ones, and both combined across
+    nodes (:func:`_across_nodes`)."""
+    finer = finer.withColumn("period", F.date_trunc(unit, "ts"))
+    windows = (with_group_p95(finer, [*NAMES, "period"], "depth_avg").groupBy(*NAMES, "period")
+               .agg(*coarser_aggregates()).withColumn("ts", F.col("period")).select(*NAMES, *coarser_columns()))
+    return _across_nodes(windows, ["topic", "channel"], "node", F.lit(layout.ALL_NODES)).select(*ROLLUP_NAMES)
 
 
 def _write_level(staging: Path, level: str, windows: DataFrame) -> None:
@@ -398,12 +463,8 @@ def _write_level(staging: Path, level: str, windows: DataFrame) -> None:
      .write.partitionBy(*keys).parquet(str(staging / level)))
 
 
-def _level_dir(staging: Path, level: str) -> Path:
-    return staging / HOURLY / "level=1m" if level == "1m" else staging / level
-
-
 def _staged(staging: Path, level: str) -> list[Path]:
-    return layout.visible_files(_level_dir(staging, level))
+    return layout.visible_files(staging / level)
 
 
 def _count_minutes(files: list[Path], rewrite: list[Span]) -> tuple[int, int]:
@@ -411,8 +472,7 @@ def _count_minutes(files: list[Path], rewrite: list[Span]) -> tuple[int, int]:
     snapshots = windows = 0
     for path in files:
         table = pq.read_table(path, columns=["ts", "node", "samples"])
-        rewritten = table.filter(reduce(pc.or_, [pc.and_(pc.greater_equal(table["ts"], start),
-                                                         pc.less(table["ts"], end)) for start, end in rewrite]))
+        rewritten = table.filter(_within_arrow(table["ts"], rewrite))
         windows += rewritten.num_rows
         snapshots += pc.sum(rewritten.filter(pc.not_equal(rewritten["node"], layout.ALL_NODES))["samples"]).as_py() or 0
     return snapshots, windows
@@ -428,7 +488,7 @@ def _publish(stats_dir: Path, staging: Path, level: str, partitions: list[dateti
     """Each staged file replaces its partition; a touched partition left with no rows goes."""
     staged: dict[datetime, Path] = {}
     for path in _staged(staging, level):
-        start = period_start(level, path.relative_to(_level_dir(staging, level)))
+        start = period_start(level, path.relative_to(staging / level))
         if start in staged:
             raise RuntimeError(f"Spark wrote more than one file for {path.parent}")
         staged[start] = path

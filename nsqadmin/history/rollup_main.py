@@ -11,7 +11,9 @@ SparkSession (its JVM, classes loaded and code compiled) from one run to the nex
 run of a minute's new snapshots costs a fraction of a second of CPU instead of a JVM start.
 A large run (a first rollup of a day) gets a JVM of its own, sized for it, that ends with the
 run; the next small run starts the small one again. A failed run is logged and the next tick
-runs again (after a Spark failure, on a new session). SIGTERM or SIGINT ends the worker; with
+runs again (after a Spark failure, on a new session). Its runs write the 1m windows; the
+1h and 1d windows of the open hour follow every COARSER_EVERY (10 minutes) and when the hour
+closes (rollup_job.py), while a single run writes every level at once. SIGTERM or SIGINT ends the worker; with
 --supervised (nsqadmin passes it) so does the end of its standard input, which closes when
 nsqadmin exits however it exits, so a worker never outlives its nsqadmin.
 """
@@ -35,7 +37,7 @@ from common import lg
 from common.goflags import Flag, FlagError, format_duration, parse_args, resolve, usage
 from serving.logs import nsq_logger
 
-from .rollup_job import DEFAULT_RETENTION, run_rollup
+from .rollup_job import COARSER_EVERY, DEFAULT_RETENTION, run_rollup
 from .rollup_state import StatsDirError
 from .spark_session import SessionOnDemand
 
@@ -87,10 +89,12 @@ def load_options(argv: list[str]) -> SimpleNamespace:
     return opts
 
 
-def _run_once(opts: SimpleNamespace, session: SessionOnDemand, log: logging.Logger) -> bool:
+def _run_once(opts: SimpleNamespace, session: SessionOnDemand, log: logging.Logger,
+              coarser_every: timedelta = timedelta(0)) -> bool:
     """One run with ``session``; whether it succeeded (its failure logged)."""
     try:
-        summary = run_rollup(Path(opts.stats_dir), session, retention=timedelta(seconds=opts.stats_retention))
+        summary = run_rollup(Path(opts.stats_dir), session, retention=timedelta(seconds=opts.stats_retention),
+                             coarser_every=coarser_every)
     except StatsDirError as exc:
         log.critical("%s", exc)
         return False
@@ -122,6 +126,10 @@ class Stop(BaseException):
 
 
 def _raise_stop(signum, frame) -> None:
+    """Stop once: a second SIGTERM (nsqadmin's, after the end of standard input sent the first)
+    would raise again in the middle of stopping Spark."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise Stop()
 
 
@@ -143,7 +151,7 @@ def _work(opts: SimpleNamespace, log: logging.Logger) -> int:
     try:
         tick = time.monotonic()
         while True:
-            _run_once(opts, session, log)
+            _run_once(opts, session, log, COARSER_EVERY)
             if session.large:  # a large run's JVM goes; the next small run starts the small one
                 session.stop()
             skipped = -1

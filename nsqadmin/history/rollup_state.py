@@ -6,6 +6,7 @@ in the rollups (``seen``). A run rolls up the visible raw files not in that list
 list with them only after every rollup file is published: a run that dies earlier leaves them
 new, and the next run recomputes the same minutes from scratch, so nothing is counted twice
 and nothing is lost. ``compacting`` records a compaction of raw files in progress (compaction.py).
+``stale_hours`` are the hours whose 1h and 1d windows wait for a later run (rollup_job.py).
 Retention deletes whole periods: raw hour directories and rollup partitions whose period ended
 before ``now - retention``.
 """
@@ -16,7 +17,7 @@ import os
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import Iterator
 
@@ -32,6 +33,24 @@ class StatsDirError(Exception):
 class RollupState:
     seen: set[str] = field(default_factory=set)
     compacting: dict | None = None
+    # The hours whose 1m windows were rewritten since their 1h and 1d windows were last written,
+    # and since when there have been such hours.
+    stale_hours: set[datetime] = field(default_factory=set)
+    stale_since: datetime | None = None
+
+    def mark_stale(self, hours: list[datetime], now: datetime) -> None:
+        if not self.stale_hours:
+            self.stale_since = now
+        self.stale_hours.update(hours)
+
+    def coarser_due(self, now: datetime, every: timedelta) -> bool:
+        """Whether the stale hours' 1h and 1d windows are to be written now: one of the hours
+        has closed, or they have waited ``every``."""
+        return bool(self.stale_hours) and (any(hour + timedelta(hours=1) <= now for hour in self.stale_hours)
+                                           or now - self.stale_since >= every)
+
+    def coarser_written(self) -> None:
+        self.stale_hours, self.stale_since = set(), None
 
 
 def _state_path(stats_dir: Path) -> Path:
@@ -42,7 +61,10 @@ def load_state(stats_dir: Path) -> RollupState:
     path = _state_path(stats_dir)
     try:
         document = json.loads(path.read_text())
-        return RollupState(set(document["seen"]), document["compacting"])
+        since = document.get("stale_since")
+        return RollupState(set(document["seen"]), document["compacting"],
+                           {datetime.fromisoformat(hour) for hour in document.get("stale_hours", [])},
+                           since and datetime.fromisoformat(since))
     except FileNotFoundError:
         return RollupState()
     except OSError as exc:
@@ -53,7 +75,10 @@ def load_state(stats_dir: Path) -> RollupState:
 
 
 def save_state(stats_dir: Path, state: RollupState) -> None:
-    layout.write_json(_state_path(stats_dir), {"seen": sorted(state.seen), "compacting": state.compacting})
+    layout.write_json(_state_path(stats_dir), {
+        "seen": sorted(state.seen), "compacting": state.compacting,
+        "stale_hours": [hour.isoformat() for hour in sorted(state.stale_hours)],
+        "stale_since": state.stale_since and state.stale_since.isoformat()})
 
 
 @contextmanager
