@@ -107,11 +107,11 @@ def test_every_action_is_notified_with_nsq_fields(cluster, start_admin):
 
 def test_a_slow_endpoint_never_delays_the_operator(cluster, start_admin):
     topic_on(cluster, "slowly", "c")
-    sink = RecordingEndpoint(delay=3.0)
+    sink = RecordingEndpoint(delay=4.0)  # twice the bound below: a loaded machine's margin
     admin = start_admin(f"--notification-http-endpoint={sink.url}")
     started = time.monotonic()
     assert httpx.post(f"{admin.url}/api/topics/slowly/c", json={"action": "pause"}).status_code == 200
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 2.0
     assert sink.wait_for(1)[0]["action"] == "pause_channel"
     sink.close()
 

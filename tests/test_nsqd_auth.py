@@ -199,14 +199,14 @@ async def test_a_failed_refresh_gives_auth_failed_never_access(nsqd, auth_server
 
 
 async def test_a_slow_auth_server_does_not_hold_up_other_clients(nsqd, auth_server):
-    auth_server.answers["slow"] = (200, EVERYTHING, 1.0)
+    auth_server.answers["slow"] = (200, EVERYTHING, 2.0)  # twice the bound below: a loaded machine's margin
     slow = await RawClient.connect(nsqd.tcp_port)
     started = trio.current_time()
     await slow.send(Auth(b"slow").to_bytes() + Pub("t", b"after auth").to_bytes())
     fast, _ = await authed_client(nsqd, b"good")
     await fast.send(Pub("t", b"fast").to_bytes())
     assert await fast.read_response() == b"OK"
-    assert trio.current_time() - started < 0.5
+    assert trio.current_time() - started < 1.0
     assert json.loads(await slow.read_response())["identity"] == "alice"
     assert await slow.read_response() == b"OK"  # the PUB sent behind AUTH waited for it
 

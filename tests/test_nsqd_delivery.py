@@ -291,7 +291,7 @@ async def test_two_consumers_on_one_channel_split_the_messages(nsqd):
 
 async def test_topic_without_channel_holds_messages(nsqd):
     await publish(nsqd.tcp_port, "t", b"1", b"2", b"3")
-    await trio.sleep(0.2)
+    assert (nsqd.topics["t"].depth, nsqd.topics["t"].channels) == (3, {})
     client = await consumer(nsqd.tcp_port, rdy=10)
     got = await read_messages(client, 3)
     assert sorted(m.body for m in got) == [b"1", b"2", b"3"]
@@ -331,7 +331,7 @@ async def test_max_channel_consumers(start_nsqd):
             await retry.send(b"SUB t c\n")
             if await retry.read_frame() == (0, b"OK"):
                 break
-            await trio.sleep(0.05)
+            await trio.sleep(0.05)  # a poll loop's pace
 
 
 async def test_fins_in_one_write_keep_a_lone_fins_answers_and_order(nsqd):

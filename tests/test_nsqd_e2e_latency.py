@@ -168,11 +168,12 @@ async def test_json_writes_integral_quantiles_as_go_does(start_nsqd):
 
 
 async def test_samples_leave_after_the_window(start_nsqd):
-    nsqd = await start_nsqd(e2e_processing_latency_percentile=[0.5], e2e_processing_latency_window_time=0.4)
+    # a sample lives at least half a window, so 2 s leaves a loaded machine 1 s to see all five
+    nsqd = await start_nsqd(e2e_processing_latency_percentile=[0.5], e2e_processing_latency_window_time=2.0)
     await publish(nsqd.tcp_port, "t", 5)
     await consume(nsqd.tcp_port, "t", "c", 5, hold=0.0)
     await wait_for_count(nsqd, 5)
-    await trio.sleep(0.45)  # deliberate: a sample lives at most a whole window (a lower bound: load only adds)
+    await trio.sleep(2.05)  # deliberate: a sample lives at most a whole window (a lower bound: load only adds)
     assert (await stats(nsqd))["topics"][0]["channels"][0]["e2e_processing_latency"]["count"] == 0
 
 

@@ -71,7 +71,7 @@ async def test_a_command_split_over_many_arrivals(nsqd):
     command = pub("bytes", b"one byte at a time")
     for index in range(len(command)):
         await client.send(command[index:index + 1])
-        await trio.sleep(0.002)
+        await trio.sleep(0.002)  # deliberate: each byte a read of its own
     assert await client.read_response() == b"OK"
     await client.send(b"NOP\n" + command)  # several commands in one arrival
     assert await client.read_response() == b"OK"
@@ -128,7 +128,7 @@ async def test_a_reset_connection_ends_alone(nsqd, mid_command):
     assert await client.read_response() == b"OK"
     if mid_command:
         await client.send(b"PUB t\n\x00\x00")
-    await trio.sleep(0.05)
+    await trio.sleep(0.05)  # deliberate: the partial command reaches nsqd before the reset
     client.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     client.stream.socket.close()  # an RST, not a FIN
     await wait_for_no_connections(nsqd)
@@ -142,7 +142,7 @@ async def test_a_close_that_came_with_the_last_command_ends_the_connection(start
     nsqd = await start_nsqd(auth_http_address=[auth_server.address])
     client = await RawClient.connect(nsqd.tcp_port)
     await client.send(b"AUTH\n" + sized(b"slow"))
-    await trio.sleep(0.1)
+    await trio.sleep(0.1)  # deliberate: the AUTH is out with the auth server (0.3 s) when the rest comes
     await client.send(b"NOP\n")
     client.stream.socket.shutdown(socket.SHUT_WR)
     assert (await client.read_response()).startswith(b'{"identity":"alice"')
