@@ -64,9 +64,9 @@ def cluster(tmp_path_factory):
     assert running.stop() == [0, 0, 0, 0]
 
 
-def newest_rate(cluster: Cluster) -> float | None:
+def newest_rate(cluster: Cluster, window: str = "1m") -> float | None:
     answer = httpx.get(f"{cluster.admin.url}/api/rollups",
-                       params={"topic": "sensors", "channel": "archive", "window": "1m"}).json()
+                       params={"topic": "sensors", "channel": "archive", "window": window}).json()
     full = [point for point in answer["series"] if point["messages"] >= 1000]  # windows with >= 10 s of traffic
     return full[-1]["rate"] if full else None
 
@@ -92,6 +92,8 @@ def test_the_channel_chart_shows_the_published_rate(cluster, chromium, screensho
         row = page.locator("#topics tbody tr", has_text="sensors")
         expect(row.locator("td[title='newest 1-minute window']")).to_have_text(re.compile(r"\d+(\.\d+)?/s"))
         screenshot(page, "history-topics")
+        # the worker writes the hour's window within ten runs of its minutes (40 s at a 4 s interval)
+        wait_for(lambda: newest_rate(cluster, "1h"), timeout=120, what="the hour's rolled-up window")
         page.goto("/topics/sensors/archive?range=24h")
         expect(page.locator("svg.chart")).to_have_count(3)
         screenshot(page, "history-channel-24h")

@@ -12,8 +12,8 @@ run of a minute's new snapshots costs a fraction of a second of CPU instead of a
 A large run (a first rollup of a day) gets a JVM of its own, sized for it, that ends with the
 run; the next small run starts the small one again. A failed run is logged and the next tick
 runs again (after a Spark failure, on a new session). Its runs write the 1m windows; the
-1h and 1d windows of the open hour follow every COARSER_EVERY (10 minutes) and when the hour
-closes (rollup_job.py), while a single run writes every level at once. SIGTERM or SIGINT ends the worker; with
+1h and 1d windows of the open hour follow every ten runs, at most COARSER_EVERY (10 minutes),
+and when the hour closes (rollup_job.py), while a single run writes every level at once. SIGTERM or SIGINT ends the worker; with
 --supervised (nsqadmin passes it) so does the end of its standard input, which closes when
 nsqadmin exits however it exits, so a worker never outlives its nsqadmin.
 """
@@ -42,6 +42,9 @@ from .rollup_state import StatsDirError
 from .spark_session import SessionOnDemand
 
 PROGRAM = "nsqadmin-rollup"
+# The worker's 1h and 1d windows wait behind its 1m windows for this many runs (at most COARSER_EVERY):
+# a minute's interval gives the 10 minutes, a short one keeps the day chart that close behind.
+COARSER_RUNS = 10
 # Masters whose executors share this machine's files: the job names raw files by local path.
 MASTER = re.compile(r"local(\[(\*|[1-9][0-9]*)(,[1-9][0-9]*)?\])?|spark://[^/\s]+:[0-9]+")
 
@@ -148,10 +151,11 @@ def _work(opts: SimpleNamespace, log: logging.Logger) -> int:
         threading.Thread(target=_stop_at_end_of_stdin, daemon=True, name="stdin").start()
     session = SessionOnDemand(opts.spark_master)
     log.info("worker: a rollup every %s", format_duration(opts.rollup_interval))
+    coarser_every = min(COARSER_EVERY, timedelta(seconds=COARSER_RUNS * opts.rollup_interval))
     try:
         tick = time.monotonic()
         while True:
-            _run_once(opts, session, log, COARSER_EVERY)
+            _run_once(opts, session, log, coarser_every)
             if session.large:  # a large run's JVM goes; the next small run starts the small one
                 session.stop()
             skipped = -1
