@@ -111,6 +111,13 @@ def go_usage(program: str) -> dict[str, str]:
                                         timeout=15).stderr)
 
 
+def assert_usage_is_nsqs(our_help: str, program: str, ours_only: set[str]) -> None:
+    """Our ``-help`` has NSQ's program's lines for every flag NSQ has, and beyond them only ``ours_only``."""
+    ours, theirs = usage_by_flag(our_help), go_usage(program)
+    assert set(ours) - set(theirs) == ours_only and set(theirs) <= set(ours)
+    assert {name: ours[name] for name in theirs} == theirs
+
+
 def parse_outcome(command: list[str], args: list[str], program: str) -> tuple[bool, str]:
     """Whether a daemon takes these flags (``--version`` goes first: NSQ's daemons and ours stop
     right after parsing them), else its first error line without our ``<program>: `` prefix or Go's

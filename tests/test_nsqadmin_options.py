@@ -15,7 +15,7 @@ from nsqadmin.nsqadmin import bind
 from nsqadmin.options import load_options, normalize_base_path
 
 from .admin_helpers import AdminProcess
-from .go_nsq import go_program, go_usage, parse_outcome, requires_go, usage_by_flag
+from .go_nsq import assert_usage_is_nsqs, go_program, parse_outcome, requires_go
 from .helpers import ROOT
 
 
@@ -92,9 +92,7 @@ OURS_ONLY = {"enable-live-tail", "nsqd-auth-secret", "rollup-interval", "spark-m
 
 @requires_go
 def test_usage_is_nsqs_for_every_flag_nsq_has():
-    ours, theirs = usage_by_flag(run("-help").stderr), go_usage("nsqadmin")
-    assert set(ours) - set(theirs) == OURS_ONLY and set(theirs) <= set(ours)
-    assert {name: ours[name] for name in theirs} == theirs
+    assert_usage_is_nsqs(run("-help").stderr, "nsqadmin", OURS_ONLY)
 
 
 @requires_go

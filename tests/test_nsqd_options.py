@@ -14,7 +14,7 @@ from nsqd.options import (
     CLIENT_TIMEOUT, DEFAULT_HEARTBEAT_INTERVAL, FLAGS, default_node_id, default_options, load_options, parse_address,
 )
 
-from .go_nsq import go_program, go_usage, parse_outcome, requires_go, usage_by_flag
+from .go_nsq import assert_usage_is_nsqs, go_program, parse_outcome, requires_go
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -317,9 +317,7 @@ OURS_ONLY = {name.replace("_", "-") for name in BEYOND_NSQ_DEFAULTS} | {"auth-ht
 
 @requires_go
 def test_usage_is_nsqs_for_every_flag_nsq_has():
-    ours, theirs = usage_by_flag(run_nsqd("-help").stderr), go_usage("nsqd")
-    assert set(ours) - set(theirs) == OURS_ONLY and set(theirs) <= set(ours)
-    assert {name: ours[name] for name in theirs} == theirs
+    assert_usage_is_nsqs(run_nsqd("-help").stderr, "nsqd", OURS_ONLY)
 
 
 @requires_go
