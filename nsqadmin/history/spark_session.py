@@ -129,7 +129,23 @@ def build_session(master: str, log4j2_file: Path, raw_bytes: int = 0, archive: C
     else:
         builder = (builder.config("spark.executor.extraJavaOptions", java_options)
                    .config("spark.cores.max", str(os.cpu_count() or 2)))
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    _quiet_accumulator_server(session.sparkContext)
+    return session
+
+
+def _quiet_accumulator_server(context: SparkContext) -> None:
+    """PySpark's accumulator server (a socketserver in the driver) prints a traceback to stderr
+    when the JVM goes away in the middle of its connection (killed, or exiting before the driver
+    stops): the worker's supervisor already logs the death, so the error is only a debug line."""
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = _log_accumulator_error
+
+
+def _log_accumulator_error(request, client_address) -> None:
+    """socketserver's handle_error, called in the handler's ``except`` block."""
+    log.debug("the JVM's accumulator connection from %s ended: %r", client_address, sys.exc_info()[1])
 
 
 def shuffle_partitions_for(raw_bytes: int) -> int:
