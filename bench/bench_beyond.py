@@ -10,6 +10,7 @@ http-auth: POST /pub over 4 keep-alive connections for --runfor (with --callgrin
 msg-ttl:   --count 200-byte messages queued in a channel, then drained by bench_reader (RDY 2500,
            FIN each), without and with --msg-ttl=1h (every message checked, none expired).
 dead-letter: the same drain without and with --max-attempts=100 (every message checked, none moved).
+processing-time: the same drain without and with --processing-time-percentile=0.5,0.99 (every FIN timed).
 write-through: the same drain with --mem-queue-size=0 (every message through the disk queue), without
            and with --persist-deferred (each delivery also recorded in the in-flight file).
 deferred:  --count DPUBs of 1 ms, pipelined on one connection, then drained as above, with
@@ -205,6 +206,7 @@ def features(auth_address: str) -> dict:
         "http-auth": (http_pub, [auth], [auth, "--http-auth-required"], "req"),
         "msg-ttl": (consume, [], ["--msg-ttl=1h"], "msg"),
         "dead-letter": (consume, [], ["--max-attempts=100"], "msg"),
+        "processing-time": (consume, [], ["--processing-time-percentile=0.5,0.99"], "msg"),
         "write-through": (consume, ["--mem-queue-size=0"], ["--mem-queue-size=0", "--persist-deferred"], "msg"),
         "deferred": (deferred, ["--mem-queue-size=0"], ["--mem-queue-size=0", "--persist-deferred"], "msg"),
     }

@@ -26,6 +26,7 @@ import trio
 from common.names import is_ephemeral
 
 from .message_queue import MessageQueue
+from .processing_time import new_processing_time
 from .quantile import Quantile
 
 
@@ -55,6 +56,7 @@ class Channel:
         # FIN records into it (nsqd/client.py) only when percentiles are configured, as in NSQ
         self.e2e_latency = Quantile(round(opts.e2e_processing_latency_window_time * 1e9), percentiles,
                                     time.time_ns()) if percentiles else None
+        self.processing_time = new_processing_time(opts)  # beyond NSQ: delivery to FIN (nsqd/processing_time.py)
 
     def __repr__(self) -> str:
         return f"<Channel {self.topic.name}:{self.name}>"
@@ -118,6 +120,8 @@ class Channel:
     def requeue_message(self, message: bytes, delay: float) -> None:
         """A client's REQ: the message back now, or after ``delay`` (nsqd's RequeueMessage)."""
         self.requeue_count += 1
+        if self.processing_time is not None:
+            self.processing_time.requeued()
         if delay > 0:
             self.defer(message, delay)
         else:
@@ -126,6 +130,8 @@ class Channel:
     def timed_out(self, message: bytes) -> None:
         """A message whose msg_timeout passed in flight comes back."""
         self.timeout_count += 1
+        if self.processing_time is not None:
+            self.processing_time.timed_out()
         self.requeue(message)
 
     def requeue(self, message: bytes) -> None:

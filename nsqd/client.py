@@ -256,12 +256,15 @@ class Client:
         self.finish_count += 1
         if self.channel.e2e_latency is not None:
             self.channel.e2e_latency.insert(TIMESTAMP_ATTEMPTS.unpack_from(msg.message)[0], time.time_ns())
+        if self.channel.processing_time is not None:  # beyond NSQ: nsqd/processing_time.py
+            self.channel.processing_time.finished(msg.delivered_at)
         self._refill_due = True
 
     def finish_many(self, ids: list[bytes]) -> int:
         """FIN ``ids`` in order up to the first one not in flight (left to ``finish`` to refuse);
         how many were finished."""
         in_flight, capped, latency = self.in_flight, self._capped, self.channel.e2e_latency
+        processing = self.channel.processing_time
         done = 0
         for msg_id in ids:
             msg = in_flight.pop(msg_id, None)
@@ -271,6 +274,8 @@ class Client:
                 capped.pop(msg_id, None)
             if latency is not None:
                 latency.insert(TIMESTAMP_ATTEMPTS.unpack_from(msg.message)[0], time.time_ns())
+            if processing is not None:
+                processing.finished(msg.delivered_at)
             done += 1
         self.finish_count += done
         if done:

@@ -47,6 +47,12 @@ BEYOND_CHANNEL_METRICS = (
     ("nsq_channel_dead_letters_total", "counter", "dead_letter_count", 1,
      "Messages moved to the topic's dead-letter topic after max_attempts deliveries."),
 )
+# --processing-time-percentile: gauges over the latency window, for the channels whose /stats has the key
+PROCESSING_COUNTS = (
+    ("nsq_channel_processing_time_finishes", "count", "FINs in the latency window (the percentiles' samples)."),
+    ("nsq_channel_processing_time_requeues", "requeue_count", "REQs in the latency window."),
+    ("nsq_channel_processing_time_timeouts", "timeout_count", "Timeouts in the latency window."),
+)
 LATENCY_HELP = "End-to-end processing latency (publish to FIN) at a quantile, over the latency window."
 
 
@@ -73,6 +79,9 @@ def exposition(nsqd, shown_topics=None) -> str:
         samples = [(_topic_labels(topic), _number(topic[key] * scale)) for topic in topics if key in topic]
         if samples:
             _family(out, name, kind, text, samples)
+    timed = [(topic, channel) for topic, channel in channels if "processing_time" in channel]
+    if timed:
+        _processing_time(out, timed)
     for name, kind, key, scale, text in BEYOND_CHANNEL_METRICS:
         samples = [(_channel_labels(topic, channel), _number(channel[key] * scale))
                    for topic, channel in channels if key in channel]
@@ -106,6 +115,16 @@ def _channel_labels(topic: dict, channel: dict) -> str:
     return f'topic="{topic["topic_name"]}",channel="{channel["channel_name"]}"'
 
 
-def _latency(labels: str, stats_entry: dict) -> list[tuple[str, float]]:
+def _latency(labels: str, stats_entry: dict, key: str = "e2e_processing_latency") -> list[tuple[str, float]]:
     return [(f'{labels},quantile="{item["quantile"]}"', item["value"] / 1e9)
-            for item in stats_entry["e2e_processing_latency"]["percentiles"] or []]
+            for item in stats_entry[key]["percentiles"] or []]
+
+
+def _processing_time(out: list[str], channels: list[tuple[dict, dict]]) -> None:
+    _family(out, "nsq_channel_processing_time_seconds", "gauge",
+            "Time from a delivery to its FIN at a quantile, over the latency window.",
+            [sample for topic, channel in channels
+             for sample in _latency(_channel_labels(topic, channel), channel, "processing_time")])
+    for name, key, text in PROCESSING_COUNTS:
+        _family(out, name, "gauge", text,
+                [(_channel_labels(topic, channel), channel["processing_time"][key]) for topic, channel in channels])

@@ -87,6 +87,7 @@ FLAGS = [
     Flag("max-attempts", "int", 0, "move a message delivered this many times on a durable channel to its topic's dead-letter topic instead of delivering it again, for every channel without a limit of its own (POST /channel/max_attempts); 0 = never"),
     Flag("dead-letter-topic", "str", "%s.dead", "name of a topic's dead-letter topic, %s for the topic's name"),
     Flag("io-backend", "str", "auto", "how TCP connections are read and written: auto (the epoll fast path where select.epoll exists, else portable) or portable (trio streams)"),
+    Flag("processing-time-percentile", "float_list", [], "per channel, percentiles (as float (0, 1.0]) of the time from a delivery to its FIN to track, over --e2e-processing-latency-window-time, with the REQ and timeout counts of that window (comma separated '0.5,0.99'; empty = off)", cfg_key="processing_time_percentiles"),
     Flag("persist-deferred", "bool", False, "keep deferred messages with their due time in files beside the disk queues, so they keep their delay across restarts (with --mem-queue-size=0 also while running, with messages in flight)"),
     # TLS, compression and AUTH (checked and converted in _validate_security)
     Flag("https-address", "str", "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients"),
@@ -191,7 +192,7 @@ def _validate_security(opts: SimpleNamespace) -> None:
 
 
 def _validate_statsd_and_e2e(opts: SimpleNamespace) -> None:
-    for percentile in opts.e2e_processing_latency_percentile:
+    for percentile in opts.e2e_processing_latency_percentile + opts.processing_time_percentile:
         if not 0 < percentile <= 1:
             raise FlagError(f"Invalid percentile: {percentile!r}".removesuffix(".0"))
     # NSQ would spin forever on a zero window and panic on a zero interval

@@ -154,6 +154,7 @@ def channel_stats(channel, include_clients: bool, topic_filter: str, now_ns: int
         "clients": clients,
         "paused": channel.paused,
         "e2e_processing_latency": e2e_latency([channel.e2e_latency] if channel.e2e_latency else [], now_ns),
+        **({"processing_time": channel.processing_time.stats()} if channel.processing_time is not None else {}),
         **channel.topic.nsqd.message_ttl.channel_stats(channel),
         **channel.topic.nsqd.dead_letters.channel_stats(channel),
     }

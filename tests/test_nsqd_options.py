@@ -82,6 +82,7 @@ BEYOND_NSQ_DEFAULTS = {
     "max_attempts": 0,
     "dead_letter_topic": "%s.dead",
     "persist_deferred": False,
+    "processing_time_percentile": [],
     "io_backend": "auto",  # not a feature: the epoll fast path where it exists, else portable
 }
 
