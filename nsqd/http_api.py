@@ -23,7 +23,7 @@ from serving.http import Request, Response
 from serving.httprouter import Allowed, Found, MethodNotAllowed, Redirect, Router, redirect_parts
 from serving.v1 import BOOL_PARAMS, JSON_TYPE, TEXT_TYPE, V1_HEADER, HTTPError, parse_query, v1_error, v1_ok
 
-from . import metrics, stats
+from . import metrics, peek, stats
 from .dead_letter import parse_limit as parse_max_attempts
 from .group_commit import PublishFailed
 from .http_auth import CHALLENGE, HTTPAuth
@@ -61,6 +61,8 @@ class HTTPAPI:
             ("PUT", "/config/:opt"): self.config,
             ("POST", "/debug/freememory"): self.free_memory,
         }
+        if nsqd.opts.enable_peek:  # beyond NSQ; without the flag the route does not exist (404)
+            self.routes[("GET", "/channel/peek")] = self.channel_peek
         self.router = Router(self.routes)
         self.access = HTTPAuth(nsqd) if nsqd.opts.http_auth_required else None
 
@@ -292,6 +294,15 @@ class HTTPAPI:
         self.nsqd.dead_letters.set(channel, limit)
         self.nsqd.save_metadata()
         return v1_ok()
+
+    async def channel_peek(self, request: Request) -> Response:
+        """Beyond NSQ (--enable-peek): the channel's next ``n`` queued messages, untouched (nsqd/peek.py)."""
+        topic, channel_name = self._topic_and_channel(request)
+        channel = self._existing_channel(topic, channel_name)
+        query = parse_query(request.query)
+        count = _setting(query, "n", peek.parse_count) if "n" in query else peek.DEFAULT_COUNT
+        max_body = _setting(query, "max_body", peek.parse_max_body) if "max_body" in query else peek.DEFAULT_MAX_BODY
+        return Response(200, await peek.peek(channel, count, max_body), [V1_HEADER, JSON_TYPE])
 
     def _set_paused(self, target, request: Request) -> Response:
         """Pause or unpause a topic or channel (by the route's name) and save nsqd.dat."""

@@ -12,8 +12,8 @@ need the same answer at once share one query.
 A request is allowed as the TCP command with the same effect would be:
 
 * ``POST /pub``, ``/mpub``, ``/topic/create``: ``publish`` on the topic (as PUB);
-* ``POST /channel/create|delete|empty|pause|unpause|max_attempts``: ``subscribe`` on the topic and
-  channel (as SUB);
+* ``POST /channel/create|delete|empty|pause|unpause|max_attempts``, ``GET /channel/peek``:
+  ``subscribe`` on the topic and channel (as SUB);
 * ``POST /topic/delete|empty|pause|unpause|ttl``, which act on every channel of the topic:
   ``publish`` on the topic and ``subscribe`` on each of its channels;
 * ``GET /stats``, ``/metrics``: any grant; they show only the topics that some grant's
@@ -47,6 +47,7 @@ ROUTE_RULES = {
     "/pub": PUBLISH, "/mpub": PUBLISH, "/topic/create": PUBLISH,
     "/channel/create": CHANNEL, "/channel/delete": CHANNEL, "/channel/empty": CHANNEL,
     "/channel/pause": CHANNEL, "/channel/unpause": CHANNEL, "/channel/max_attempts": CHANNEL,
+    "/channel/peek": CHANNEL,
     "/topic/delete": TOPIC, "/topic/empty": TOPIC, "/topic/pause": TOPIC, "/topic/unpause": TOPIC,
     "/topic/ttl": TOPIC,
     "/stats": STATS, "/metrics": STATS,

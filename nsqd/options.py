@@ -88,6 +88,7 @@ FLAGS = [
     Flag("dead-letter-topic", "str", "%s.dead", "name of a topic's dead-letter topic, %s for the topic's name"),
     Flag("io-backend", "str", "auto", "how TCP connections are read and written: auto (the epoll fast path where select.epoll exists, else portable) or portable (trio streams)"),
     Flag("processing-time-percentile", "float_list", [], "per channel, percentiles (as float (0, 1.0]) of the time from a delivery to its FIN to track, over --e2e-processing-latency-window-time, with the REQ and timeout counts of that window (comma separated '0.5,0.99'; empty = off)", cfg_key="processing_time_percentiles"),
+    Flag("enable-peek", "bool", False, "answer GET /channel/peek: a channel's next queued messages, bodies included, without taking them (bodies can be sensitive; off by default)"),
     Flag("persist-deferred", "bool", False, "keep deferred messages with their due time in files beside the disk queues, so they keep their delay across restarts (with --mem-queue-size=0 also while running, with messages in flight)"),
     # TLS, compression and AUTH (checked and converted in _validate_security)
     Flag("https-address", "str", "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients"),

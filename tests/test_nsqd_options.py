@@ -83,6 +83,7 @@ BEYOND_NSQ_DEFAULTS = {
     "dead_letter_topic": "%s.dead",
     "persist_deferred": False,
     "processing_time_percentile": [],
+    "enable_peek": False,
     "io_backend": "auto",  # not a feature: the epoll fast path where it exists, else portable
 }
 
