@@ -194,6 +194,22 @@ class ClusterInfo:
         answer = await self._ask_all("nsqd", producers, ask)
         return Answer([row for rows in answer.value for row in rows], answer.errors)
 
+    async def channel_peek(self, producers: list[dict], topic: str, channel: str, query: str) -> Answer:
+        """Every producer's ``GET /channel/peek`` answer (nsqd --enable-peek), with its ``node`` and
+        ``hostname``; a producer without the channel is left out."""
+        async def ask(producer):
+            node = nodes.http_address(producer)
+            try:
+                answer = await self._get_nsqd(f"http://{node}/channel/peek?{topic_query(topic, channel)}&{query}")
+            except UpstreamError as exc:
+                if exc.code in ("TOPIC_NOT_FOUND", "CHANNEL_NOT_FOUND"):
+                    return None
+                raise
+            return {"node": node, "hostname": producer["hostname"], **answer}
+
+        answer = await self._ask_all("nsqd", producers, ask)
+        return Answer([row for row in answer.value if row is not None], answer.errors)
+
     async def cluster_stats(self) -> tuple[list[dict], list[dict], list[str]]:
         """(producers, every topic row without clients, errors) in the fewest requests:
         with nsqd addresses, one round of ``/info`` + ``/stats`` per nsqd."""

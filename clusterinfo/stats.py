@@ -19,7 +19,8 @@ The dicts carry NSQ's keys in NSQ's order, so the JSON API dumps them as they ar
 plus two keys NSQ's nsqadmin drops although nsqd reports them: a topic's
 ``message_bytes`` and a client's ``state``. The keys of the opt-in features beyond NSQ
 (README "Beyond NSQ") follow, only where some nsqd reports them: counts add up; a setting
-across nodes is their common value, or None when they differ.
+across nodes is their common value, or None when they differ. A channel's ``processing_time``
+(delivery to FIN) combines as the e2e latency does, its REQ and timeout counts added up.
 """
 
 import time
@@ -103,6 +104,12 @@ def node_e2e(raw: dict | None) -> dict:
     return {"count": count, "percentiles": percentiles, "topic": "", "channel": "", "host": ""}
 
 
+def node_processing_time(raw: dict) -> dict:
+    """A node's delivery-to-FIN block (--processing-time-percentile): an e2e block, and its
+    window's REQ and timeout counts."""
+    return {**node_e2e(raw), "requeue_count": _int(raw, "requeue_count"), "timeout_count": _int(raw, "timeout_count")}
+
+
 def client_row(raw: dict, node: str, now: float) -> dict:
     """A client as nsqadmin shows it: nsqd's fields, the node, and ``connected`` (ns since connect_ts)."""
     connect_ts = _int(raw, "connect_ts")
@@ -140,6 +147,7 @@ def node_channel(raw: dict, node: str, hostname: str, topic_name: str, now: floa
         "paused": bool(raw.get("paused")),
         "e2e_processing_latency": node_e2e(raw.get("e2e_processing_latency")),
         **_node_extras(raw, CHANNEL_EXTRA_COUNTS + CHANNEL_EXTRA_SETTINGS),
+        **({"processing_time": node_processing_time(raw["processing_time"])} if "processing_time" in raw else {}),
     }
 
 
@@ -208,6 +216,10 @@ def aggregate_channel(topic_name: str, channel_name: str, rows: list[dict]) -> d
     total["e2e_processing_latency"] = aggregate_e2e([row["e2e_processing_latency"] for row in rows],
                                                     topic_name, channel_name)
     total.update(_combined_extras(rows, CHANNEL_EXTRA_COUNTS, CHANNEL_EXTRA_SETTINGS))
+    timed = [row["processing_time"] for row in rows if "processing_time" in row]
+    if timed:
+        total["processing_time"] = {**aggregate_e2e(timed, topic_name, channel_name),
+                                    **{key: sum(part[key] for part in timed) for key in ("requeue_count", "timeout_count")}}
     return total
 
 

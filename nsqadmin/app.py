@@ -24,6 +24,7 @@ from serving.v1 import error_parts
 from .api import AdminAPI
 from .guard import SAFE_METHODS, is_cross_site
 from .pages import Pages
+from .peek import Peek
 from .tail import LiveTail
 
 log = logging.getLogger("nsqadmin")
@@ -61,6 +62,7 @@ def build_app(admin):
     api = AdminAPI(admin)
     pages = Pages(admin)
     tail = LiveTail(admin)
+    peek = Peek(admin)
     table = [
         ("GET", "/ping", ping),
         ("GET", "/", pages.topics),
@@ -91,6 +93,7 @@ def build_app(admin):
         ("GET", "/api/rollups", api.rollups),
         ("GET", "/api/health", api.health),
         ("GET", "/api/tail/{topic}", tail.stream),
+        ("GET", "/api/peek/{topic}/{channel}", peek.channel),
         ("GET", "/config/{opt}", api.config),
         ("PUT", "/config/{opt}", api.config),
     ]

@@ -70,6 +70,9 @@ FLAGS = [
          "(for nsqd with --http-auth-required or --auth-http-address; keep it in the config file)"),
     Flag("enable-live-tail", "bool", False,
          "show a live tail of each topic's messages on its page (bodies can be sensitive; off by default)"),
+    Flag("enable-peek", "bool", False,
+         "show a channel's next queued messages on its page, read from nsqd's GET /channel/peek (nsqd needs "
+         "--enable-peek too; bodies can be sensitive; off by default)"),
 ]
 
 

@@ -216,7 +216,8 @@ class Pages:
         channel_health = next((e for e in health.get(topic_name, []) if e["channel"] == channel_name), None)
         return self._render(request, "channel.html", status, page="topics", warnings=shown.errors,
                             topic_name=topic_name, channel_name=channel_name, channel=shown.data,
-                            producers_found=shown.producers_found, history=history, channel_health=channel_health)
+                            producers_found=shown.producers_found, history=history, channel_health=channel_health,
+                            peek=self.opts.enable_peek and is_admin(request, self.opts))
 
     async def nodes(self, request: Request) -> Response:
         try:

@@ -46,7 +46,7 @@ class AdminProcess(DaemonProcess):
 class Cluster:
     """nsqlookupd, two nsqd registered with it (the first with e2e percentiles), and nsqadmin."""
 
-    def __init__(self, data_dir, *admin_args: str):
+    def __init__(self, data_dir, *admin_args: str, nsqd_args: tuple[str, ...] = ()):
         self.lookupd = LookupdProcess("--broadcast-address=127.0.0.1")
         self.lookupd_http = f"127.0.0.1:{self.lookupd.http_port}"
         self.nsqds = []
@@ -54,7 +54,8 @@ class Cluster:
             path = data_dir / f"nsqd{n}"
             path.mkdir()
             self.nsqds.append(NsqdProcess(f"--data-path={path}", "--broadcast-address=127.0.0.1",
-                                          f"--lookupd-tcp-address=127.0.0.1:{self.lookupd.tcp_port}", *extra))
+                                          f"--lookupd-tcp-address=127.0.0.1:{self.lookupd.tcp_port}", *extra,
+                                          *nsqd_args))
         self.admin = self.start_admin(*admin_args)
 
     def start_admin(self, *args: str) -> AdminProcess:

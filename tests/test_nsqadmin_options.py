@@ -86,7 +86,7 @@ def test_version_and_usage():
 
 
 # Ours only (README "Beyond NSQ"): the live tail, the secret for nsqd's HTTP auth, the stats history.
-OURS_ONLY = {"enable-live-tail", "nsqd-auth-secret", "rollup-interval", "spark-master", "stats-dir",
+OURS_ONLY = {"enable-live-tail", "enable-peek", "nsqd-auth-secret", "rollup-interval", "spark-master", "stats-dir",
              "stats-interval", "stats-retention"}
 
 
