@@ -12,7 +12,9 @@ counts are in the answer); neither is what a paused topic still holds for its ch
 
 The answer is a snapshot of the moment of the request. The files are read in a worker thread
 (``trio.to_thread``) and the answer's JSON is built there too, message by message, so the event
-loop only copies the memory part's references and the disk queue's four positions. If a file
+loop only copies the memory part's references and the disk queue's four positions; the thread
+gives up the GIL after each message (a read from disk does; a message from memory yields it), so
+the loop never waits for Python's 5 ms switch interval. If a file
 the snapshot needs is gone when the thread reaches it (a consumer read it to its end and it was
 removed, or the channel was emptied), the peek starts again from a new snapshot, up to ATTEMPTS
 times, and then answers what it had read. A record the disk queue would find corrupt ends its
@@ -28,6 +30,7 @@ import json
 import logging
 import os
 import struct
+import time
 from itertools import islice
 
 import trio
@@ -38,7 +41,7 @@ log = logging.getLogger("nsqd")
 
 MAX_COUNT = 100
 DEFAULT_COUNT = 10
-MAX_BODY = 65536
+MAX_BODY = 16384  # the largest answer is then about 2.2 MB of JSON
 DEFAULT_MAX_BODY = 4096
 ATTEMPTS = 3
 _RECORD_HEAD = struct.Struct(">i")
@@ -78,8 +81,11 @@ class _Snapshot:
     def answer(self, count: int, max_body: int) -> tuple[bytes, bool]:
         """The JSON answer (in a worker thread): the memory part, then records read from disk; and
         whether every file the snapshot needed was still there."""
-        parts = [_message_json(message[:HEADER_LENGTH], message[HEADER_LENGTH:HEADER_LENGTH + max_body],
-                               len(message) - HEADER_LENGTH, "memory") for message in self.memory]
+        parts = []
+        for message in self.memory:
+            parts.append(_message_json(message[:HEADER_LENGTH], message[HEADER_LENGTH:HEADER_LENGTH + max_body],
+                                       len(message) - HEADER_LENGTH, "memory"))
+            time.sleep(0)  # lets the event loop's thread have the GIL now, not after the 5 ms switch interval
         complete = True
         if self.disk is not None:
             complete = self._read_disk(parts, count, max_body)

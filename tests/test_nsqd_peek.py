@@ -134,7 +134,7 @@ def test_bodies_are_cut_to_max_body_and_binary_survives(nsqd):
     ({"topic": "errors", "channel": "c", "n": "0"}, 400, "INVALID_ARG_N"),
     ({"topic": "errors", "channel": "c", "n": "-1"}, 400, "INVALID_ARG_N"),
     ({"topic": "errors", "channel": "c", "n": "abc"}, 400, "INVALID_ARG_N"),
-    ({"topic": "errors", "channel": "c", "max_body": "65537"}, 400, "INVALID_ARG_MAX_BODY"),
+    ({"topic": "errors", "channel": "c", "max_body": "16385"}, 400, "INVALID_ARG_MAX_BODY"),
     ({"topic": "errors", "channel": "c", "max_body": "1e3"}, 400, "INVALID_ARG_MAX_BODY"),
 ])
 def test_bad_requests_get_nsq_style_errors(nsqd, params, status, message):
