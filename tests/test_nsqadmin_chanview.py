@@ -90,6 +90,21 @@ def test_without_nsqadmins_flag_there_is_no_peek(cluster):
         assert admin.stop() == 0
 
 
+def test_only_admin_users_may_peek(cluster):
+    topic_on(cluster, "orders", "billing")
+    admin = AdminProcess(f"--lookupd-http-address={cluster.lookupd_http}", "--enable-peek", "--admin-user=alice")
+    try:
+        stranger = httpx.get(f"{admin.url}/api/peek/orders/billing", headers={"X-Forwarded-User": "mallory"})
+        assert (stranger.status_code, stranger.json()) == (403, {"message": "FORBIDDEN"})
+        assert 'id="peek"' not in httpx.get(f"{admin.url}/topics/orders/billing").text
+        alice = httpx.get(f"{admin.url}/api/peek/orders/billing", headers={"X-Forwarded-User": "alice"})
+        assert alice.status_code == 200 and len(alice.json()["nodes"]) == 2
+        page = httpx.get(f"{admin.url}/topics/orders/billing", headers={"X-Forwarded-User": "alice"}).text
+        assert 'id="peek"' in page and "peek.js" in page
+    finally:
+        assert admin.stop() == 0
+
+
 # -- processing time: the JSON API ----------------------------------------------------------------
 
 
