@@ -98,24 +98,21 @@ class Channel:
             messages = messages[taken:]
         self.queue.put(messages)
 
-    def _deliver_many_to_ready(self, messages: list[bytes]) -> int:
-        """Hand messages to ready clients; how many were taken. One ready client takes
-        all it can at once; several take turns, one message each."""
-        ready = self._ready
-        if len(ready) == 1:
+    def _deliver_many_to_ready(self, messages) -> int:
+        """Hand messages to ready clients; how many were taken. The ready clients take turns,
+        round-robin, each a run of the messages at once (an even share of those left, as many as
+        its RDY allows): one framing and one flush decision a client, not one a message."""
+        ready, in_ready = self._ready, self._in_ready
+        taken, total = 0, len(messages)
+        while ready and taken < total:
             client = ready[0]
             if client.can_take_message():
-                taken = client.send_messages(messages, 0)
+                taken = client.send_messages(messages, taken, taken - (taken - total) // len(ready))
                 if client.can_take_message():
-                    return taken
-            else:
-                taken = 0
-            self._in_ready.discard(ready.popleft())
-            return taken
-        for index, message in enumerate(messages):
-            if not self._deliver_to_ready(message):
-                return index
-        return len(messages)
+                    ready.rotate(-1)
+                    continue
+            in_ready.discard(ready.popleft())
+        return taken
 
     def requeue_message(self, message: bytes, delay: float) -> None:
         """A client's REQ: the message back now, or after ``delay`` (nsqd's RequeueMessage)."""
@@ -136,20 +133,9 @@ class Channel:
 
     def requeue(self, message: bytes) -> None:
         """A message back from a client (REQ 0, timeout, disconnect) or out of deferral."""
-        if not self._delivering() or not self._deliver_to_ready(message):
+        if not self._delivering() or not self._deliver_many_to_ready((message,)):
             if self.queue.requeue(message) and self.journal is not None:
                 self.journal.queued(message)
-
-    def _deliver_to_ready(self, message: bytes) -> bool:
-        ready = self._ready
-        while ready:
-            client = ready[0]
-            if client.can_take_message():
-                client.send_message(message)
-                ready.rotate(-1)
-                return True
-            self._in_ready.discard(ready.popleft())
-        return False
 
     def client_ready(self, client) -> None:
         """The client can take more messages: drain the queue into it, then mark it ready."""

@@ -181,15 +181,12 @@ class Client:
     def can_take_message(self) -> bool:
         return len(self.in_flight) < self.ready_count and self.state == State.SUBSCRIBED
 
-    def send_message(self, message: bytes) -> None:
-        """Deliver one message: frame it into ``out`` and hold it in flight."""
-        self.send_messages((message,), 0)
-
-    def send_messages(self, messages, start: int) -> int:
-        """Deliver ``messages[start:]`` in order while the client can take more; the index
+    def send_messages(self, messages, start: int = 0, end: int | None = None) -> int:
+        """Deliver ``messages[start:end]`` in order while the client can take more; the index
         after the last one taken. The flush policy is applied once, after."""
         in_flight, out, ready_count = self.in_flight, self.out, self.ready_count
-        end = len(messages)
+        if end is None:
+            end = len(messages)
         if start >= end or len(in_flight) >= ready_count:
             return start
         now = trio.current_time()
