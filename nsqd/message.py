@@ -11,20 +11,22 @@ One object instead of a (header, body) pair: a 100-byte message takes one 160-by
 of pymalloc instead of 64 + 144, and one deque slot instead of two.
 """
 
-from itertools import chain
+from itertools import repeat
 
 from common.message import TIMESTAMP_ATTEMPTS, header_attempts, with_attempts
 
-from .guid import ID_FORMAT
-
-_MESSAGE_FORMAT = b"%s" + ID_FORMAT + b"%s"  # timestamp and attempts, the ID, the body
-
 
 def new_messages(guid, timestamp_ns: int, bodies: list[bytes]) -> list[bytes]:
-    """Published ``bodies`` as messages: fresh IDs, attempts 0, each made in one allocation."""
+    """Published ``bodies`` as messages: fresh IDs, attempts 0, each made in one allocation
+    (one join of three parts: the header to the ID's sequence, which the run of IDs shares;
+    the sequence's 3 hex digits; the body), a quarter of what formatting each one cost."""
     prefix = TIMESTAMP_ATTEMPTS.pack(timestamp_ns, 0)
-    numbers = chain.from_iterable(guid.new_numbers(len(bodies)))
-    return [_MESSAGE_FORMAT % (prefix, number, body) for number, body in zip(numbers, bodies)]
+    messages: list[bytes] = []
+    rest = iter(bodies)
+    for high, sequences in guid.new_id_runs(len(bodies)):
+        # zip stops at the run's last sequence before it takes a body from ``rest``
+        messages += map(b"".join, zip(repeat(prefix + high), sequences, rest))
+    return messages
 
 
 class InFlight:

@@ -7,7 +7,9 @@ import time
 
 import pytest
 
+from common.message import TIMESTAMP_ATTEMPTS
 from nsqd.guid import ID_FORMAT, TWEPOCH, GuidFactory
+from nsqd.message import new_messages
 
 TICK_NS = 1 << 20  # ts = UnixNano >> 20
 
@@ -28,7 +30,7 @@ def at_tick(tick: int) -> FakeClock:
 
 def new_ids(factory: GuidFactory, count: int) -> list[bytes]:
     """``count`` fresh IDs as nsqd writes them into messages."""
-    return [ID_FORMAT % number for run in factory.new_numbers(count) for number in run]
+    return [high + low for high, lows in factory.new_id_runs(count) for low in lows]
 
 
 def new_id(factory: GuidFactory) -> bytes:
@@ -116,6 +118,20 @@ def test_a_large_batch_spans_ticks():
     assert len(batch) == 5000 and len(set(first + batch)) == 5003
     assert first + batch == sorted(first + batch)
     assert decode(batch[-1])[0] > tick
+
+
+def test_messages_of_a_batch_spanning_ticks_keep_their_bodies_and_get_their_ids():
+    """nsqd/message.py joins each message from its run's shared digits: across two runs of IDs,
+    every body keeps its place and gets the ID the whole number formats to."""
+    tick = TWEPOCH + 0xABCDE
+    factory = GuidFactory(1023, clock_ns=at_tick(tick))
+    bodies = [b"body %d" % number for number in range(5000)]
+    messages = new_messages(factory, 123456789, bodies)
+    assert [message[26:] for message in messages] == bodies
+    assert {message[:10] for message in messages} == {TIMESTAMP_ATTEMPTS.pack(123456789, 0)}
+    numbers = [((tick - TWEPOCH) << 22) | (1023 << 12) | sequence for sequence in range(4096)]
+    numbers += [((tick + 1 - TWEPOCH) << 22) | (1023 << 12) | sequence for sequence in range(904)]
+    assert [message[10:26] for message in messages] == [ID_FORMAT % number for number in numbers]
 
 
 def test_borrowed_tick_is_continued_when_the_clock_catches_up():
