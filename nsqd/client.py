@@ -34,7 +34,8 @@ from .options import DEFAULT_HEARTBEAT_INTERVAL
 # A delivery is the frame head (size, type) and the queued message as it is, joined into
 # ``out``, where the message's attempts are then raised by one.
 _ATTEMPTS = struct.Struct(">H")
-_ATTEMPTS_LOW = FRAME_HEAD.size + 9  # where the frame's low byte of attempts is, from its start
+_FRAME_HEAD_SIZE = FRAME_HEAD.size
+_ATTEMPTS_LOW = _FRAME_HEAD_SIZE + 9  # where the frame's low byte of attempts is, from its start
 
 
 class Client:
@@ -194,26 +195,22 @@ class Client:
         if deadline < self._watched_deadline:
             self._earlier_deadline()
         was_empty = not out
-        sample_rate, screen = self.sample_rate, self.channel.screen
-        check = screen.begin() if screen is not None else None  # beyond NSQ: nsqd/screen.py
+        room = ready_count - len(in_flight)
+        if self.sample_rate or self.channel.screen is not None:
+            taken, index = self._chosen(messages, start, end, room)
+        else:
+            index = min(end, start + room)
+            taken = messages[start:index]
         frames: list[bytes] = []
         lows: list[int] = []  # where each frame's low byte of attempts lands in ``out``
-        add, pack, low = frames.append, FRAME_HEAD.pack, len(out) + _ATTEMPTS_LOW
-        index = start
-        while index < end and len(in_flight) < ready_count:
-            message = messages[index]
-            index += 1
-            if sample_rate and random.randrange(100) > sample_rate:
-                continue
-            if check is not None and check(message):
-                continue  # taken by a feature beyond NSQ instead
-            in_flight[message[10:HEADER_LENGTH]] = InFlight(message, deadline, now)
-            add(pack(len(message) + 4, FRAME_TYPE_MESSAGE))
+        add, pack, in_flight_for, low = frames.append, FRAME_HEAD.pack, InFlight, len(out) + _ATTEMPTS_LOW
+        for message in taken:
+            size = len(message)
+            in_flight[message[10:HEADER_LENGTH]] = in_flight_for(message, deadline, now)
+            add(pack(size + 4, FRAME_TYPE_MESSAGE))
             add(message)
             lows.append(low)
-            low += len(message) + FRAME_HEAD.size
-        if screen is not None:
-            screen.end()
+            low += size + _FRAME_HEAD_SIZE
         out += b"".join(frames)
         for low in lows:
             attempts = out[low] + 1
@@ -229,6 +226,25 @@ class Client:
             self.flush_now = True
             self.output_ready()
         return index
+
+    def _chosen(self, messages, start: int, end: int, room: int) -> tuple[list[bytes], int]:
+        """Up to ``room`` of ``messages[start:end]`` that pass the client's sample rate and the
+        channel's screen (the others are skipped), and the index after the last one looked at."""
+        sample_rate, screen = self.sample_rate, self.channel.screen
+        check = screen.begin() if screen is not None else None  # beyond NSQ: nsqd/screen.py
+        chosen: list[bytes] = []
+        index = start
+        while index < end and len(chosen) < room:
+            message = messages[index]
+            index += 1
+            if sample_rate and random.randrange(100) > sample_rate:
+                continue
+            if check is not None and check(message):
+                continue  # taken by a feature beyond NSQ instead
+            chosen.append(message)
+        if screen is not None:
+            screen.end()
+        return chosen, index
 
     def set_ready_count(self, count: int) -> None:
         self.ready_count = count
