@@ -100,14 +100,20 @@ class Channel:
 
     def _deliver_many_to_ready(self, messages) -> int:
         """Hand messages to ready clients; how many were taken. The ready clients take turns,
-        round-robin, each a run of the messages at once (an even share of those left, as many as
-        its RDY allows): one framing and one flush decision a client, not one a message."""
+        round-robin, each a run of the messages at once (an even share of those left among the
+        clients yet to have their turn in this round, as many as its RDY allows): one framing and
+        one flush decision a client, not one a message."""
         ready, in_ready = self._ready, self._in_ready
         taken, total = 0, len(messages)
+        turns = 0  # clients yet to have their turn in this round
         while ready and taken < total:
+            if not turns:
+                turns = len(ready)
             client = ready[0]
+            share = -(-(total - taken) // turns)
+            turns -= 1
             if client.can_take_message():
-                taken = client.send_messages(messages, taken, taken - (taken - total) // len(ready))
+                taken = client.send_messages(messages, taken, taken + share)
                 if client.can_take_message():
                     ready.rotate(-1)
                     continue

@@ -3,8 +3,10 @@
 
 import struct
 
+import httpx
 import trio
 
+from common.commands import Mpub
 from common.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, Frame
 from common.message import Message, decode_message
 
@@ -287,6 +289,40 @@ async def test_two_consumers_on_one_channel_split_the_messages(nsqd):
             nursery.start_soon(drain, index)
     assert sorted(received[0] + received[1]) == sorted(bodies)
     assert received[0] and received[1]
+
+
+async def wait_for_ready_counts(nsqd, topic: str, counts: list[int]) -> None:
+    """Until /stats shows the consumers of ``topic`` with these RDY counts (their RDY applied)."""
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{nsqd.http_port}", timeout=5) as http:
+        with trio.fail_after(10):
+            while True:
+                document = (await http.get("/stats", params={"format": "json", "topic": topic})).json()
+                clients = [client for stats in document["topics"] for channel in stats["channels"]
+                           for client in channel["clients"]]
+                if sorted(client["ready_count"] for client in clients) == sorted(counts):
+                    return
+                await trio.sleep(0.01)
+
+
+async def test_ready_consumers_are_dealt_runs_of_an_mpub_in_turn_within_their_rdy(nsqd):
+    """A channel deals its ready consumers a run of the messages each, in the order they became
+    ready (an even share of those left, as many as RDY allows), and a lone message round-robin."""
+    consumers = []
+    for rdy in (10, 100, 100):
+        consumers.append(await consumer(nsqd.tcp_port, topic="deal", rdy=rdy))
+        await wait_for_ready_counts(nsqd, "deal", [10, 100, 100][:len(consumers)])
+    producer = await RawClient.connect(nsqd.tcp_port)
+    await producer.send(Mpub("deal", [b"%d" % i for i in range(150)]).to_bytes())
+    assert await producer.read_response() == b"OK"
+    runs = [(0, 10), (10, 80), (80, 150)]  # 10 (its RDY), then 70 and 70: half of the 140 left each
+    for client, (first, end) in zip(consumers, runs):
+        assert [msg.body for msg in await read_messages(client, end - first)] == [b"%d" % i for i in range(first, end)]
+    for body in (b"lone 1", b"lone 2"):
+        await producer.send(pub("deal", body))
+        assert await producer.read_response() == b"OK"
+    assert (await consumers[1].read_message()).body == b"lone 1"
+    assert (await consumers[2].read_message()).body == b"lone 2"
+    await consumers[0].assert_no_frame(0.3)  # it holds its RDY's worth
 
 
 async def test_topic_without_channel_holds_messages(nsqd):
