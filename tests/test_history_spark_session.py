@@ -19,8 +19,10 @@ KILLED_UNDER_THE_DRIVER = textwrap.dedent("""
             if "accumulator connection" in record.getMessage():
                 ended.set()
 
-    logging.basicConfig(level=logging.DEBUG)
-    logging.getLogger("nsqadmin-rollup").addHandler(Ended())
+    log = logging.getLogger("nsqadmin-rollup")  # as the worker sets it up: this logger only, at debug
+    log.setLevel(logging.DEBUG)
+    log.addHandler(logging.StreamHandler())
+    log.addHandler(Ended())
     session = build_session("local[1]", _log4j2_file())
     assert session.sparkContext.parallelize([1, 2]).map(lambda x: x + 1).sum() == 5
     os.kill(SparkContext._gateway.proc.pid, 9)

@@ -63,7 +63,8 @@ async def nodes(lookupd_http_port: int) -> set[int]:
 
 
 async def wait_identified(lookupd, *servers: Server) -> None:
-    await wait_for(lambda: _equals(lambda: nodes(lookupd.http_port), {s.tcp_port for s in servers}), 10,
+    # a failure bound only: two nsqd starting at a load of 20 took more than 10 s
+    await wait_for(lambda: _equals(lambda: nodes(lookupd.http_port), {s.tcp_port for s in servers}), 30,
                    "every nsqd connected to nsqlookupd and identified")
 
 
