@@ -1,0 +1,100 @@
+"""Draining a node: deliver everything it holds, take nothing new, then exit (beyond NSQ v1.3).
+
+NSQ's accepted design (nsqio/nsq#1302 and its open PR #1305; #821, #1022). A drain starts
+with ``PUT /config/drain`` (body ``true``) or, with ``--sigterm=drain``, with SIGTERM, and
+cannot be cancelled; SIGINT still stops nsqd at once, cleanly, keeping what is left on disk.
+While it drains, nsqd:
+
+* refuses new messages: PUB, MPUB and DPUB get ``E_<CMD>_FAILED <CMD> failed draining``,
+  ``POST /pub`` and ``/mpub`` 503 ``DRAINING`` (``nsqd.publish`` raises PublishFailed);
+* refuses new topics (SUB gets ``E_SUB_FAILED SUB failed draining``, ``/topic/create`` 503)
+  and new channels, but for a topic that holds a backlog of its own and has no channel to
+  take it (``accepts_channel``): without one its messages could never leave;
+* tells its nsqlookupds to stop listing it: an UNREGISTER for every channel, then its topic
+  (what a deleted topic sends), and no REGISTER on a reconnect. NSQ's lookupd wire protocol
+  has no other way to say it, and a /lookup that no longer names the node keeps both new
+  publishers and new consumers away; consumers connected at the start stay connected and
+  drain it (go-nsq, pynsq and nsqjs never drop a connection because lookupd stopped naming
+  it). The node stays in /nodes (its PINGs go on), so nsqadmin still shows its progress;
+* keeps delivering, and every CHECK_INTERVAL counts what is left: each topic's own backlog
+  (memory, disk, deferred messages held for a first channel) and each channel's queue
+  (memory and disk), in-flight and deferred messages. When none is left it stops nsqd the
+  ordinary way (nsqd.stop: nsqd.dat saved, the data directory unlocked), and the process
+  exits 0.
+
+A paused topic or channel keeps its messages, so it holds the drain until it is unpaused;
+an ephemeral channel is deleted with its messages when its last consumer leaves, as always.
+The state is not saved: an nsqd restarted during a drain serves normally.
+"""
+
+import logging
+import time
+
+import trio
+
+from common.protocol_v1 import Unregister
+
+log = logging.getLogger("nsqd")
+
+CHECK_INTERVAL = 0.25  # seconds between counts of what is left; a count visits every topic and channel once
+DRAIN_VALUE = b"true"  # PUT /config/drain's body
+
+
+class Drain:
+    def __init__(self, nsqd):
+        self.nsqd = nsqd
+        self.start_time: int | None = None  # when the drain began (unix seconds), None before
+
+    @property
+    def active(self) -> bool:
+        return self.start_time is not None
+
+    def start(self, reason: str) -> bool:
+        """Begin the drain; False if one is already running (it cannot start twice)."""
+        nsqd = self.nsqd
+        if self.active:
+            log.info("DRAIN: %s: already draining, %d messages left", reason, self.messages_left())
+            return False
+        self.start_time = int(time.time())
+        nsqd.draining = True
+        log.info("DRAIN: %s: refusing new messages, topics and channels; %d messages left",
+                 reason, self.messages_left())
+        self._unregister_everything()
+        nsqd.spawn(self._exit_when_empty)
+        return True
+
+    def _unregister_everything(self) -> None:
+        """As every topic's deletion would (channels first, as nsqd's Topic.exit)."""
+        lookup = self.nsqd.lookup
+        for topic in self.nsqd.topics.values():
+            for name in topic.channels:
+                lookup.notify(Unregister(topic.name, name))
+            lookup.notify(Unregister(topic.name))
+
+    def accepts_channel(self, topic, name: str) -> bool:
+        """Whether a SUB or /channel/create may have this channel while draining."""
+        return name in topic.channels or (not topic.channels and topic.depth > 0)
+
+    def messages_left(self) -> int:
+        left = 0
+        for topic in self.nsqd.topics.values():
+            left += topic.depth
+            for channel in topic.channels.values():
+                left += channel.depth + channel.in_flight_count + channel.deferred_count
+        return left
+
+    def stats(self) -> dict:
+        """/stats' keys beyond NSQ while draining."""
+        return {"draining": True, "drain_start_time": self.start_time, "drain_messages_left": self.messages_left()}
+
+    async def _exit_when_empty(self) -> None:
+        while self.messages_left():
+            await trio.sleep(CHECK_INTERVAL)
+        log.info("DRAIN: every topic and channel is empty after %ds: exiting", int(time.time()) - self.start_time)
+        self.nsqd.stop()
+
+
+def parse_drain_value(body: bytes) -> None:
+    """PUT /config/drain's body must be ``true``: ValueError otherwise."""
+    if body.strip() != DRAIN_VALUE:
+        raise ValueError("not true")
