@@ -37,6 +37,8 @@ from common.protocol_v1 import Unregister
 log = logging.getLogger("nsqd")
 
 CHECK_INTERVAL = 0.25  # seconds between counts of what is left; a count visits every topic and channel once
+COUNT_SLICE = 200  # topics counted between yields to the event loop
+COUNT_REST = 10  # after a count, rest at least this many times as long as it took (counting <= ~10% of a CPU)
 DRAIN_VALUE = b"true"  # PUT /config/drain's body
 
 
@@ -76,11 +78,16 @@ class Drain:
         return name in topic.channels or (not topic.channels and topic.depth > 0)
 
     def messages_left(self) -> int:
+        return sum(map(_held, self.nsqd.topics.values()))
+
+    async def _messages_left_in_slices(self) -> int:
+        """``messages_left``, yielding to the event loop every COUNT_SLICE topics: a count
+        costs ~2 ms of CPU per thousand topics with two channels each."""
         left = 0
-        for topic in self.nsqd.topics.values():
-            left += topic.depth
-            for channel in topic.channels.values():
-                left += channel.depth + channel.in_flight_count + channel.deferred_count
+        for counted, topic in enumerate(list(self.nsqd.topics.values()), 1):
+            left += _held(topic)
+            if counted % COUNT_SLICE == 0:
+                await trio.sleep(0)
         return left
 
     def stats(self) -> dict:
@@ -88,10 +95,21 @@ class Drain:
         return {"draining": True, "drain_start_time": self.start_time, "drain_messages_left": self.messages_left()}
 
     async def _exit_when_empty(self) -> None:
-        while self.messages_left():
-            await trio.sleep(CHECK_INTERVAL)
+        """Count until nothing is left; a count in slices can miss a message moving between
+        topics meanwhile (a dead letter), so an empty one is confirmed by a count in one go."""
+        while True:
+            started = time.process_time()
+            if not await self._messages_left_in_slices() and not self.messages_left():
+                break
+            await trio.sleep(max(CHECK_INTERVAL, COUNT_REST * (time.process_time() - started)))
         log.info("DRAIN: every topic and channel is empty after %ds: exiting", int(time.time()) - self.start_time)
         self.nsqd.stop()
+
+
+def _held(topic) -> int:
+    """The messages a topic and its channels hold: queued (memory and disk), in flight, deferred."""
+    return topic.depth + sum(channel.depth + channel.in_flight_count + channel.deferred_count
+                             for channel in topic.channels.values())
 
 
 def parse_drain_value(body: bytes) -> None:
