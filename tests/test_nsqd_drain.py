@@ -14,7 +14,7 @@ import urllib.error
 
 import pytest
 
-from .go_nsq import GoLookupdProcess, go_program, requires_go
+from .go_nsq import GoAdminProcess, GoLookupdProcess, GoNsqdProcess, go_program, requires_go
 from .helpers import NsqdProcess
 from .lookupd_helpers import LookupdProcess
 from .utils_helpers import Utility, http, wait_until
@@ -230,3 +230,38 @@ def test_sigint_still_stops_a_draining_nsqd_and_keeps_what_is_left(tmp_path):
         assert json.loads(http(again.http_port, "/stats?format=json"))["topics"][0]["depth"] == 1
     finally:
         again.stop()
+
+
+@requires_go
+def test_nsqs_nsqadmin_reads_a_draining_nsqd_and_nsqs_nsqd_its_data_directory_after(tmp_path):
+    """The extra /stats and /info keys disturb neither Go's nsqadmin nor, after the drain, Go's
+    nsqd reading the data directory (a drain changes no file format)."""
+    nsqd = NsqdProcess(f"--data-path={tmp_path}", "--broadcast-address=127.0.0.1")
+    admin = None
+    try:
+        port = nsqd.http_port
+        http(port, "/topic/create?topic=t", b"")
+        http(port, "/channel/create?topic=t&channel=c", b"")
+        http(port, "/mpub?topic=t", b"a\nb\nc")
+        admin = GoAdminProcess(f"--nsqd-http-address=127.0.0.1:{port}")
+        start_drain(nsqd)
+        channel = json.loads(http(admin.http_port, "/api/topics/t/c"))
+        assert channel["depth"] == 3 and channel["message"] == ""
+        node = json.loads(http(admin.http_port, f"/api/nodes/127.0.0.1:{port}"))
+        assert node["total_messages"] == 3
+        tail = Utility("nsq_tail", "--topic=t", "--channel=c", f"--nsqd-tcp-address={nsqd.tcp_address}",
+                       program=go_program("nsq_tail"))  # without -n, which can exit before its last FIN
+        assert nsqd.proc.wait(timeout=30) == 0
+        tail.wait_for(lambda: len(tail.stdout) == 3, what="the three messages")
+        tail.proc.send_signal(signal.SIGINT)
+        tail.proc.wait(timeout=10)
+    finally:
+        if admin is not None:
+            admin.stop()
+        nsqd.stop()
+    go = GoNsqdProcess(f"--data-path={tmp_path}")
+    try:
+        [topic] = json.loads(http(go.http_port, "/stats?format=json"))["topics"]
+        assert (topic["topic_name"], topic["depth"], [c["depth"] for c in topic["channels"]]) == ("t", 0, [0])
+    finally:
+        go.stop()
