@@ -125,6 +125,7 @@ def test_the_lookupds_stop_listing_a_draining_node_and_pynsq_drains_it(tmp_path)
         http(nsqd.http_port, "/channel/create?topic=t&channel=c", b"")
         http(nsqd.http_port, "/mpub?topic=t", b"\n".join(b"m%d" % n for n in range(50)))
         http(nsqd.http_port, "/channel/pause?topic=t&channel=c", b"")  # nothing consumed before the drain
+        http(nsqd.http_port, "/pub?topic=orphan", b"kept for a first channel")
 
         def producers(lookupd) -> list:
             code, body = status_of(lookupd.http_port, "/lookup?topic=t")
@@ -137,12 +138,19 @@ def test_the_lookupds_stop_listing_a_draining_node_and_pynsq_drains_it(tmp_path)
             wait_until(lambda: producers(lookupd), what="registered")
         reader = subprocess.Popen([
             sys.executable, "-c", PYNSQ_READER, str(nsqd.tcp_port)], stdout=subprocess.PIPE)
-        wait_until(lambda: stats(nsqd)["topics"][0]["channels"][0]["clients"], what="pynsq subscribed")
+        wait_until(lambda: json.loads(http(nsqd.http_port, "/stats?format=json&topic=t"))["topics"][0]["channels"][0]
+                   ["clients"], what="pynsq subscribed")
         start_drain(nsqd)
         for lookupd in lookupds:
             wait_until(lambda: not producers(lookupd), what="unlisted")
             assert [node["tcp_port"] for node in nodes(lookupd)] == [nsqd.tcp_port]
         assert status_of(nsqd.http_port, "/config/drain", b"true", "PUT") == (200, b"true")  # a second: no change
+        # a first channel for a topic's own backlog is allowed, and registered nowhere
+        http(nsqd.http_port, "/channel/create?topic=orphan&channel=first", b"")
+        wait_until(lambda: "TOPIC(orphan): new channel(first)" in nsqd.log(), what="channel created")
+        assert "REGISTER orphan first" not in nsqd.log()
+        assert status_of(nsqd.http_port, "/channel/create?topic=orphan&channel=second", b"")[0] == 503
+        http(nsqd.http_port, "/channel/delete?topic=orphan&channel=first", b"")  # its message goes with it
         http(nsqd.http_port, "/channel/unpause?topic=t&channel=c", b"")  # the reader's go signal
         assert nsqd.proc.wait(timeout=60) == 0
         reader.wait(timeout=30)
