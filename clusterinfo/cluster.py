@@ -298,16 +298,14 @@ class ClusterInfo:
         return found.errors + await self._producers_post(found.value, path, topic_query(topic, channel))
 
     async def drain_node(self, node: str) -> list[str]:
-        """Beyond NSQ: start a drain on the nsqd at ``node`` (nsqd/drain.py), one the cluster lists."""
-        found = await self.producers()
-        if nodes.find(found.value, node) is None:
-            return [f"{node} is not an nsqd of this cluster"]
+        """Beyond NSQ: start a drain on the nsqd at ``node`` (nsqd/drain.py); UpstreamFailure if it
+        did not take it."""
         url = f"http://{node}/config/drain"
         self.log.debug("CI: putting %s", url)
         try:
             await self.upstream.put_v1(url, b"true", self._nsqd_headers)
         except UpstreamError as exc:
-            return [str(exc)]
+            raise _all_failed("nsqd", [exc]) from exc
         return []
 
     async def nsqd_draining(self, node: str) -> bool:

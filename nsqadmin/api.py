@@ -260,7 +260,14 @@ class AdminAPI:
             raise HTTPError(400, str(exc)) from None
         if action != "drain":
             raise HTTPError(400, "INVALID_ACTION")
-        return await self._change(self.operator.drain, request, request.path_params["node"])
+        node = request.path_params["node"]
+        try:
+            await views.known_node(self.ci, node)
+        except views.NodeNotFound:
+            raise HTTPError(404, "NODE_NOT_FOUND") from None
+        except UpstreamFailure as exc:
+            raise _upstream_error(exc) from exc
+        return await self._change(self.operator.drain, request, node)
 
     async def tombstone_node_for_topic(self, request: Request) -> Response:
         self._require_admin(request)

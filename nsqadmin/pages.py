@@ -349,7 +349,10 @@ class Pages:
             return self._confirm(request, fields, *drain_confirmation(node), page="nodes")
         back = f"/nodes/{path_segment(node)}"
         try:
+            await views.known_node(self.ci, node)
             errors = await self.operator.drain(request, node)
+        except views.NodeNotFound:
+            return self.not_found(request, f"No nsqd at {node} is known to the cluster.")
         except UpstreamFailure as exc:
             return self._redirect(back, {"kind": "error", "text": f"Could not drain {node}.", "details": [str(exc)]})
         return self._redirect(back, _outcome(f"Draining {node}.", errors))

@@ -108,6 +108,12 @@ async def node(ci: ClusterInfo, address: str) -> Shown:
     return shown
 
 
+async def known_node(ci: ClusterInfo, address: str) -> None:
+    """NodeNotFound unless the cluster lists an nsqd at ``address`` (before acting on it)."""
+    if nodes.find((await ci.producers()).value, address) is None:
+        raise NodeNotFound(address)
+
+
 async def counter(ci: ClusterInfo) -> Shown:
     found = await ci.producers()
     shown = Shown(None, [found.errors] if found.errors else [])

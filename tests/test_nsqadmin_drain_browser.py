@@ -83,6 +83,10 @@ def test_a_form_without_its_token_or_from_a_non_admin_starts_no_drain(drained):
                          headers={"X-Forwarded-User": "mallory"})
     assert refused.status_code == 403
     bad = httpx.post(f"{admin.url}/api/nodes/{node}", json={"action": "explode"}, headers={"X-Forwarded-User": "boss"})
-    assert bad.status_code == 400
+    assert (bad.status_code, bad.json()) == (400, {"message": "INVALID_ACTION"})
+    unknown = httpx.post(f"{admin.url}/api/nodes/127.0.0.1:1", json={"action": "drain"},
+                         headers={"X-Forwarded-User": "boss"})
+    assert (unknown.status_code, unknown.json()) == (404, {"message": "NODE_NOT_FOUND"})
+    assert endpoint.received == []
     assert "draining" not in httpx.get(f"http://{node}/info").json()
     assert re.search(r"<h1>", httpx.get(f"{admin.url}/nodes/{node}").text)
