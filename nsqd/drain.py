@@ -47,23 +47,17 @@ class Drain:
         self.nsqd = nsqd
         self.start_time: int | None = None  # when the drain began (unix seconds), None before
 
-    @property
-    def active(self) -> bool:
-        return self.start_time is not None
-
-    def start(self, reason: str) -> bool:
-        """Begin the drain; False if one is already running (it cannot start twice)."""
-        nsqd = self.nsqd
-        if self.active:
+    def start(self, reason: str) -> None:
+        """Begin the drain; once only (a second start changes nothing)."""
+        if self.start_time is not None:
             log.info("DRAIN: %s: already draining, %d messages left", reason, self.messages_left())
-            return False
+            return
         self.start_time = int(time.time())
-        nsqd.draining = True
+        self.nsqd.refuse_new()
         log.info("DRAIN: %s: refusing new messages, topics and channels; %d messages left",
                  reason, self.messages_left())
         self._unregister_everything()
-        nsqd.spawn(self._exit_when_empty)
-        return True
+        self.nsqd.spawn(self._exit_when_empty)
 
     def _unregister_everything(self) -> None:
         """As every topic's deletion would (channels first, as nsqd's Topic.exit)."""

@@ -68,7 +68,7 @@ class NSQD:
             opts.auth_http_address, opts.auth_http_request_method, opts.http_client_connect_timeout,
             opts.http_client_request_timeout, client_context(opts)) if opts.auth_http_address else None
         self.exiting = False
-        self.draining = False  # beyond NSQ: set by self.drain (nsqd/drain.py)
+        self.draining = False  # beyond NSQ: refusing new messages, topics and channels (nsqd/drain.py)
         self.gc_pauses = GCPauses()
         self._health_error: str | None = None
         self._client_ids = itertools.count(1)
@@ -128,6 +128,10 @@ class NSQD:
 
     def stop(self) -> None:
         self._stopped.set()
+
+    def refuse_new(self) -> None:
+        """The drain began: refuse new messages, topics and channels from now on."""
+        self.draining = True
 
     def signalled(self, name: str) -> bool:
         """SIGINT or SIGTERM arrived: whether nsqd stops now. With --sigterm=drain a SIGTERM
