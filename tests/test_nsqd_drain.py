@@ -14,6 +14,8 @@ import urllib.error
 
 import pytest
 
+from common.commands import Dpub, Mpub
+
 from .go_nsq import GoAdminProcess, GoLookupdProcess, GoNsqdProcess, go_program, requires_go
 from .helpers import NsqdProcess
 from .lookupd_helpers import LookupdProcess
@@ -93,9 +95,16 @@ def test_a_drain_delivers_memory_disk_in_flight_and_deferred_then_nsqd_exits_0(t
         to_nsq = subprocess.run([go_program("to_nsq"), "--topic=t", f"--nsqd-tcp-address={nsqd.tcp_address}"],
                                 input=b"late\n", capture_output=True, timeout=30)
         assert to_nsq.returncode != 0 and b"E_PUB_FAILED PUB failed draining" in to_nsq.stderr
-        other = V2(nsqd.tcp_port)
-        assert other.command(b"SUB t other\n") == (1, b"E_SUB_FAILED SUB failed draining")
-        other.close()
+        refusals = {b"SUB t other\n": b"E_SUB_FAILED SUB failed draining",
+                    b"SUB new c\n": b"E_SUB_FAILED SUB failed draining",
+                    Mpub("t", [b"x", b"y"]).to_bytes(): b"E_MPUB_FAILED MPUB failed draining",
+                    Mpub("new", [b"x"]).to_bytes(): b"E_MPUB_FAILED MPUB failed draining",
+                    Dpub("t", 100, b"x").to_bytes(): b"E_DPUB_FAILED DPUB failed draining"}
+        for command, refusal in refusals.items():
+            other = V2(nsqd.tcp_port)
+            assert other.command(command) == (1, refusal)
+            other.close()
+        assert "new" not in [topic["topic_name"] for topic in stats(nsqd)["topics"]]
 
         tail = Utility("nsq_tail", "--topic=t", "--channel=c", f"--nsqd-tcp-address={nsqd.tcp_address}",
                        program=go_program("nsq_tail"))
