@@ -282,3 +282,18 @@ def test_nsqs_nsqadmin_reads_a_draining_nsqd_and_nsqs_nsqd_its_data_directory_af
         assert (topic["topic_name"], topic["depth"], [c["depth"] for c in topic["channels"]]) == ("t", 0, [0])
     finally:
         go.stop()
+
+
+def test_an_ephemeral_channel_left_by_its_last_consumer_takes_its_messages_with_it(tmp_path):
+    """As always: the drain then has nothing left to wait for (README, Draining a node)."""
+    nsqd = NsqdProcess(f"--data-path={tmp_path}")
+    try:
+        consumer = V2(nsqd.tcp_port)
+        assert consumer.command(b"SUB e c#ephemeral\n") == (0, b"OK")  # RDY 0: it takes nothing
+        http(nsqd.http_port, "/mpub?topic=e", b"1\n2\n3")
+        start_drain(nsqd)
+        assert stats(nsqd)["drain_messages_left"] == 3
+        consumer.close()
+        assert nsqd.proc.wait(timeout=30) == 0
+    finally:
+        nsqd.stop()
