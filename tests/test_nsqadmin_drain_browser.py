@@ -1,7 +1,8 @@
 """nsqadmin's Drain action (beyond NSQ: nsqd/drain.py) in a real browser: an operator drains an
 nsqd from its node page after confirming, the page shows the drain and the messages left, the
 action is announced to the notification endpoint, and the nsqd exits 0 once its consumer took
-everything. A form from elsewhere (no CSRF token) and a user who is not an admin change nothing.
+everything. A form from elsewhere (no CSRF token, or a request the browser marks cross-site) and a user
+who is not an admin change nothing.
 Screenshots go under artifacts/screenshots/ (nsqadmin-drain*.png)."""
 
 import re
@@ -82,6 +83,9 @@ def test_a_form_without_its_token_or_from_a_non_admin_starts_no_drain(drained):
     refused = httpx.post(f"{admin.url}/api/nodes/{node}", json={"action": "drain"},
                          headers={"X-Forwarded-User": "mallory"})
     assert refused.status_code == 403
+    cross_site = httpx.post(f"{admin.url}/api/nodes/{node}", json={"action": "drain"},
+                            headers={"X-Forwarded-User": "boss", "Sec-Fetch-Site": "cross-site"})
+    assert cross_site.status_code == 403
     bad = httpx.post(f"{admin.url}/api/nodes/{node}", json={"action": "explode"}, headers={"X-Forwarded-User": "boss"})
     assert (bad.status_code, bad.json()) == (400, {"message": "INVALID_ACTION"})
     unknown = httpx.post(f"{admin.url}/api/nodes/127.0.0.1:1", json={"action": "drain"},
