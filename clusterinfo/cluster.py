@@ -297,6 +297,24 @@ class ClusterInfo:
         path = f"{'channel' if channel else 'topic'}/{action}"
         return found.errors + await self._producers_post(found.value, path, topic_query(topic, channel))
 
+    async def drain_node(self, node: str) -> list[str]:
+        """Beyond NSQ: start a drain on the nsqd at ``node`` (nsqd/drain.py); UpstreamFailure if it
+        did not take it."""
+        url = f"http://{node}/config/drain"
+        self.log.debug("CI: putting %s", url)
+        try:
+            await self.upstream.put_v1(url, b"true", self._nsqd_headers)
+        except UpstreamError as exc:
+            raise _all_failed("nsqd", [exc]) from exc
+        return []
+
+    async def nsqd_draining(self, node: str) -> bool:
+        """Whether the nsqd at ``node`` drains (its /info says so); False if it cannot say."""
+        try:
+            return bool((await self._get_nsqd(f"http://{node}/info")).get("draining"))
+        except (UpstreamError, AttributeError):
+            return False
+
     async def tombstone_node_for_topic(self, topic: str, node: str) -> list[str]:
         """Tombstone ``node`` for ``topic`` on every lookupd, then delete the topic on that nsqd."""
         errors = await self._lookupds_post("topic/tombstone", f"topic={escape(topic)}&node={escape(node)}")

@@ -282,6 +282,13 @@ def node_totals(topic_rows: list[dict]) -> tuple[int, int]:
     return messages, clients
 
 
+def messages_held(topic_rows: list[dict]) -> int:
+    """What one node still holds, as a draining nsqd counts it (nsqd/drain.py): each topic's own
+    backlog, each channel's queue, in flight and deferred."""
+    return sum(topic["depth"] + sum(channel["depth"] + channel["in_flight_count"] + channel["deferred_count"]
+                                    for channel in topic["channels"] or ()) for topic in topic_rows)
+
+
 def topic_summary(name: str, rows: list[dict]) -> dict:
     """A line of the topics page: the topic's backlog (topic + channels), in flight, messages, channels."""
     channels = channels_by_name(rows)

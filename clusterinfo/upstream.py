@@ -156,12 +156,12 @@ class Upstream:
         except (httpx.HTTPError, TimeoutError, OSError, ssl.SSLError) as exc:
             raise _failure(method, url, exc) from exc
 
-    async def _v1(self, method: str, url: str, headers: dict[str, str]) -> bytes:
-        response = await self.request(method, url, headers=headers)
+    async def _v1(self, method: str, url: str, headers: dict[str, str], body: bytes | None = None) -> bytes:
+        response = await self.request(method, url, headers=headers, content=body)
         if response.status_code == 403 and url.startswith("http:"):
             https = _https_url(url, response.content)
             if https is not None:
-                return await self._v1(method, https, headers)
+                return await self._v1(method, https, headers, body)
         if response.status_code != 200:
             raise UpstreamError(f"got response {_status_line(response.status_code)} {go_quote(response.content)}",
                                 _error_code(response.content))
@@ -177,6 +177,9 @@ class Upstream:
 
     async def post_v1(self, url: str, headers: dict[str, str] = ACCEPT_V1) -> None:
         await self._v1("POST", url, headers)
+
+    async def put_v1(self, url: str, body: bytes, headers: dict[str, str] = ACCEPT_V1) -> None:
+        await self._v1("PUT", url, headers, body)
 
     async def post_json(self, url: str, body: bytes) -> int:
         """POST a JSON document (a notification); the answer's status."""

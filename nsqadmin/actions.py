@@ -3,7 +3,8 @@
 Each one runs on the cluster (clusterinfo/cluster.py), answers with the partial failures met on
 the way, and is announced to --notification-http-endpoint under NSQ's action names.
 As in NSQ, pause/unpause/empty are announced even when they failed; create, delete and
-tombstone only when at least part of them was done.
+tombstone only when at least part of them was done. Beyond NSQ, drain_node (of a node the
+cluster lists) is announced as pause is, done or not.
 """
 
 from starlette.requests import Request
@@ -42,6 +43,13 @@ class Operator:
             errors = await self.ci.delete_topic(topic)
             self.notifier.notify("delete_topic", request, topic)
         return errors
+
+    async def drain(self, request: Request, node: str) -> list[str]:
+        """Beyond NSQ: start draining the nsqd ``node`` (nsqd/drain.py); announced as drain_node."""
+        try:
+            return await self.ci.drain_node(node)
+        finally:
+            self.notifier.notify("drain_node", request, "", node=node)
 
     async def tombstone(self, request: Request, topic: str, node: str) -> list[str]:
         errors = await self.ci.tombstone_node_for_topic(topic, node)

@@ -148,7 +148,8 @@ class AdminAPI:
             raise HTTPError(404, "NODE_NOT_FOUND") from None
         data = shown.data
         return ok({"node": data["node"], "topics": data["topics"] or None, "total_messages": data["total_messages"],
-                   "total_clients": data["total_clients"], "message": shown.message})
+                   "total_clients": data["total_clients"], "message": shown.message}
+                  | ({"draining": True, "drain_messages_left": data["drain_messages_left"]} if data["draining"] else {}))
 
     async def counter(self, request: Request) -> Response:
         shown = await self._shown(views.counter)
@@ -249,6 +250,24 @@ class AdminAPI:
         self._require_admin(request)
         params = request.path_params
         return await self._change(self.operator.delete, request, params["topic"], params["channel"])
+
+    async def node_action(self, request: Request) -> Response:
+        """Beyond NSQ: ``{"action": "drain"}`` starts draining the node (nsqd/drain.py)."""
+        self._require_admin(request)
+        try:
+            action = decode_body(await request.body(), {"action": str}).get("action", "")
+        except ValueError as exc:
+            raise HTTPError(400, str(exc)) from None
+        if action != "drain":
+            raise HTTPError(400, "INVALID_ACTION")
+        node = request.path_params["node"]
+        try:
+            await views.known_node(self.ci, node)
+        except views.NodeNotFound:
+            raise HTTPError(404, "NODE_NOT_FOUND") from None
+        except UpstreamFailure as exc:
+            raise _upstream_error(exc) from exc
+        return await self._change(self.operator.drain, request, node)
 
     async def tombstone_node_for_topic(self, request: Request) -> Response:
         self._require_admin(request)

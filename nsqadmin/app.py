@@ -86,6 +86,7 @@ def build_app(admin):
         ("POST", "/api/topics/{topic}", api.topic_action),
         ("POST", "/api/topics/{topic}/{channel}", api.channel_action),
         ("DELETE", "/api/nodes/{node}", api.tombstone_node_for_topic),
+        ("POST", "/api/nodes/{node}", api.node_action),
         ("DELETE", "/api/topics/{topic}", api.delete_topic),
         ("DELETE", "/api/topics/{topic}/{channel}", api.delete_channel),
         ("GET", "/api/counter", api.counter),

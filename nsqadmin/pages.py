@@ -106,7 +106,8 @@ class Pages:
             "base": self.url(""), "version": VERSION, "is_admin": is_admin(request, self.opts),
             "csrf": csrf, "flash": flash, "lookupds": self.opts.lookupd_http_address,
             "nsqds": self.opts.nsqd_http_address, "http_address": http_address,
-            "confirmation": confirmation, "tombstone_confirmation": tombstone_confirmation, **context},
+            "confirmation": confirmation, "tombstone_confirmation": tombstone_confirmation,
+            "drain_confirmation": drain_confirmation, **context},
             status_code=status)
         cookie_path = self.opts.base_path
         if request.cookies.get(CSRF_COOKIE) != csrf:
@@ -328,17 +329,33 @@ class Pages:
         return self._redirect(back, _outcome(f"Tombstoned topic {topic} on {node}.", errors))
 
     async def node_form(self, request: Request) -> Response:
-        """The node page's per-topic Tombstone button (NSQ's node page has one on each topic row)."""
+        """The node page's per-topic Tombstone button (NSQ's node page has one on each topic row),
+        and its Drain button (beyond NSQ: nsqd/drain.py)."""
         node = request.path_params["node"]
         fields = await self._form(request)
         if isinstance(fields, Response):
             return fields
+        if fields.get("action") == "drain":
+            return await self._drain(request, fields, node)
         if fields.get("action") != "tombstone":
             return self._bad_request(request, f"Unknown action {fields.get('action', '')!r}.")
         topic = fields.get("topic", "")
         if not is_valid_name(topic):
             return self._bad_request(request, f"{topic!r} is not a valid topic name.")
         return await self._tombstone(request, fields, topic, node, f"/nodes/{path_segment(node)}", "nodes")
+
+    async def _drain(self, request: Request, fields: dict, node: str) -> Response:
+        if fields.get("confirm") != "yes":
+            return self._confirm(request, fields, *drain_confirmation(node), page="nodes")
+        back = f"/nodes/{path_segment(node)}"
+        try:
+            await views.known_node(self.ci, node)
+            errors = await self.operator.drain(request, node)
+        except views.NodeNotFound:
+            return self.not_found(request, f"No nsqd at {node} is known to the cluster.")
+        except UpstreamFailure as exc:
+            return self._redirect(back, {"kind": "error", "text": f"Could not drain {node}.", "details": [str(exc)]})
+        return self._redirect(back, _outcome(f"Draining {node}.", errors))
 
     async def channel_form(self, request: Request) -> Response:
         topic, channel = request.path_params["topic"], request.path_params["channel"]
@@ -403,3 +420,10 @@ def tombstone_confirmation(topic: str, node: str) -> tuple[str, str]:
     return (f"Tombstone topic {topic} on {node}?",
             f"nsqlookupd will stop listing {node} as a producer of {topic} for a while, "
             f"and {node} will delete the topic with every message it holds.")
+
+
+def drain_confirmation(node: str) -> tuple[str, str]:
+    """(question, consequence) before draining ``node`` (beyond NSQ: nsqd/drain.py)."""
+    return (f"Drain {node}?",
+            f"{node} will refuse every new message, topic and channel, leave nsqlookupd's listings, deliver "
+            f"every message it holds to its consumers, then exit. A drain cannot be cancelled.")

@@ -7,6 +7,7 @@ failures met on the way, one group per question that partly failed; :class:`Upst
 means nothing answered (the API's 502).
 """
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,11 +100,18 @@ async def node(ci: ClusterInfo, address: str) -> Shown:
     producer = nodes.find(found.value, address)
     if producer is None:
         raise NodeNotFound(address)
-    rows = await ci.nsqd_stats([producer])
+    rows, draining = await asyncio.gather(ci.nsqd_stats([producer]), ci.nsqd_draining(address))
     messages, clients = stats.node_totals(rows.value)
     shown.data = {"node": address, "producer": producer, "topics": rows.value,
-                  "total_messages": messages, "total_clients": clients}
+                  "total_messages": messages, "total_clients": clients, "draining": draining,
+                  "drain_messages_left": stats.messages_held(rows.value)}
     return shown
+
+
+async def known_node(ci: ClusterInfo, address: str) -> None:
+    """NodeNotFound unless the cluster lists an nsqd at ``address`` (before acting on it)."""
+    if nodes.find((await ci.producers()).value, address) is None:
+        raise NodeNotFound(address)
 
 
 async def counter(ci: ClusterInfo) -> Shown:

@@ -4,6 +4,7 @@ V2 protocol. Named ``nsqclient`` so it does not clash with pynsq's ``nsq``.
 Public API:
 
 * :class:`Producer` -- PUB / MPUB / DPUB to one nsqd over one pipelined connection.
+* :class:`ProducerPool` -- publish to several nsqd, moving away from one that drains.
 * :class:`Consumer` -- a topic/channel consumer: async handler, ``max_in_flight`` spread over
   every nsqd, discovery through nsqlookupd, go-nsq's RDY, backoff and reconnect rules.
 * :class:`Message` -- ``body``, ``id``, ``attempts``, ``timestamp``; ``finish()``,
@@ -20,7 +21,9 @@ from .errors import (AuthError, ConfigError, ConnectError, ConnectionClosedError
                      StoppedError)
 from .message import Message
 from .producer import Producer
+from .producer_pool import ProducerPool
 
 __all__ = ["AuthError", "BlockingProducer", "Config", "ConfigError", "ConnectError", "ConnectionClosedError",
-           "Consumer", "ConsumerStats", "Message", "NSQError", "Producer", "ProtocolError", "StoppedError",
+           "Consumer", "ConsumerStats", "Message", "NSQError", "Producer", "ProducerPool", "ProtocolError",
+           "StoppedError",
            "publish"]

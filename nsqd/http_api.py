@@ -25,6 +25,7 @@ from serving.v1 import BOOL_PARAMS, JSON_TYPE, TEXT_TYPE, V1_HEADER, HTTPError, 
 
 from . import metrics, peek, stats
 from .dead_letter import parse_limit as parse_max_attempts
+from .drain import parse_drain_value
 from .group_commit import PublishFailed
 from .http_auth import CHALLENGE, HTTPAuth
 from .message_ttl import parse_ttl
@@ -111,7 +112,7 @@ class HTTPAPI:
             "max_output_buffer_size": opts.max_output_buffer_size,
             "max_output_buffer_timeout": round(opts.max_output_buffer_timeout * 1e9),
             "max_deflate_level": opts.max_deflate_level,
-        })
+        } | ({"draining": True} if self.nsqd.draining else {}))
 
     # -- publishing ------------------------------------------------------------------
 
@@ -123,7 +124,10 @@ class HTTPAPI:
         name = query["topic"][0]
         if not is_valid_name(name):
             raise HTTPError(400, "INVALID_TOPIC")
-        await self.nsqd.get_started_topic(name)
+        try:
+            await self.nsqd.get_started_topic(name)
+        except PublishFailed:
+            raise HTTPError(503, "DRAINING") from None  # beyond NSQ: no new topic (nsqd/drain.py)
         return name
 
     async def _publish(self, topic: str, bodies: list[bytes], defer: float = 0.0) -> Response:
@@ -135,6 +139,8 @@ class HTTPAPI:
             if waiting is not None:
                 await waiting.wait()
         except (PublishFailed, OSError):
+            if self.nsqd.draining:
+                raise HTTPError(503, "DRAINING") from None  # beyond NSQ (nsqd/drain.py)
             raise HTTPError(503, "EXITING") from None  # nsqd's answer to any failed put, disk errors included
         return v1_ok("OK")
 
@@ -266,6 +272,8 @@ class HTTPAPI:
 
     def channel_create(self, request: Request) -> Response:
         topic, channel_name = self._topic_and_channel(request)
+        if self.nsqd.draining and not self.nsqd.drain.accepts_channel(topic, channel_name):
+            raise HTTPError(503, "DRAINING")  # beyond NSQ (nsqd/drain.py)
         topic.get_channel(channel_name)
         return v1_ok()
 
@@ -322,6 +330,8 @@ class HTTPAPI:
             if request.body_too_big or not body or len(body) > opts.max_msg_size:
                 raise HTTPError(413, "INVALID_VALUE")
             set_option(self.nsqd, option, body)
+        if option == "drain":  # beyond NSQ: not an option, the node's state (nsqd/drain.py)
+            return v1_ok(self.nsqd.draining)
         value = option_value(FLAGS, opts, option)
         if value is None:
             if option != "nsqlookupd_tcp_addresses":
@@ -367,6 +377,8 @@ def set_option(nsqd, option: str, body: bytes) -> None:
     """PUT /config/:opt: the options nsqd lets you change while it runs."""
     if option == "nsqlookupd_tcp_addresses":
         set_lookupd_addresses(nsqd, body)
+    elif option == "drain":
+        start_drain(nsqd, body)
     elif option == "log_level":
         level = body.decode("utf-8", "replace").lower()  # no trimming: nsqd refuses "debug\n" too
         if level not in LOG_LEVELS:
@@ -375,6 +387,16 @@ def set_option(nsqd, option: str, body: bytes) -> None:
         logging.getLogger("nsqd").setLevel(lg.LEVELS[level])
     else:
         raise HTTPError(400, "INVALID_OPTION")
+
+
+def start_drain(nsqd, body: bytes) -> None:
+    """Beyond NSQ: ``PUT /config/drain`` with ``true`` starts a drain; another while it runs
+    changes nothing (as pausing a paused channel), and nothing can stop it."""
+    try:
+        parse_drain_value(body)
+    except ValueError:
+        raise HTTPError(400, "INVALID_VALUE") from None
+    nsqd.drain.start("PUT /config/drain")
 
 
 def set_lookupd_addresses(nsqd, body: bytes) -> None:

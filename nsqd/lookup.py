@@ -68,7 +68,10 @@ class Lookup:
         return any(peer.info for peer in self.peers.values())
 
     def notify(self, command: Register | Unregister) -> None:
-        """Forward a registration change to every peer, logged per peer as nsqd's lookupLoop does."""
+        """Forward a registration change to every peer, logged per peer as nsqd's lookupLoop does;
+        a draining nsqd registers nothing (nsqd/drain.py)."""
+        if self.nsqd.draining and isinstance(command, Register):
+            return
         branch = "channel" if command.channel else "topic"
         for peer in self.peers.values():
             log.info("LOOKUPD(%s): %s %s", peer.address, branch, command_text(command))

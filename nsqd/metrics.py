@@ -87,6 +87,11 @@ def exposition(nsqd, shown_topics=None) -> str:
                    for topic, channel in channels if key in channel]
         if samples:
             _family(out, name, kind, text, samples)
+    if "draining" in document:  # beyond NSQ (nsqd/drain.py)
+        _family(out, "nsq_draining", "gauge", "1 while nsqd drains (it exits once nothing is left).", [("", 1)])
+        _family(out, "nsq_drain_messages_left", "gauge",
+                "Messages the draining nsqd still holds: queued, in flight and deferred.",
+                [("", document["drain_messages_left"])])
     memory = document["memory"]
     _family(out, "process_resident_memory_bytes", "gauge", "Resident memory of the nsqd process.",
             [("", memory["heap_in_use_bytes"])])

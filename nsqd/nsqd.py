@@ -27,6 +27,7 @@ from .diskqueue import DiskQueue, SyncJob
 from .dead_letter import DeadLetters
 from .deferred_store import DeferredStore
 from .dirlock import DirLock
+from .drain import Drain
 from .auth import AuthServers
 from .group_commit import GroupCommit, PublishFailed, SyncRound
 from .guid import GuidFactory
@@ -67,6 +68,7 @@ class NSQD:
             opts.auth_http_address, opts.auth_http_request_method, opts.http_client_connect_timeout,
             opts.http_client_request_timeout, client_context(opts)) if opts.auth_http_address else None
         self.exiting = False
+        self.draining = False  # beyond NSQ: refusing new messages, topics and channels (nsqd/drain.py)
         self.gc_pauses = GCPauses()
         self._health_error: str | None = None
         self._client_ids = itertools.count(1)
@@ -87,6 +89,7 @@ class NSQD:
         self.message_ttl = MessageTTL(self)
         self.dead_letters = DeadLetters(self)
         self.deferred_store = DeferredStore(self)
+        self.drain = Drain(self)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -125,6 +128,19 @@ class NSQD:
 
     def stop(self) -> None:
         self._stopped.set()
+
+    def refuse_new(self) -> None:
+        """The drain began: refuse new messages, topics and channels from now on."""
+        self.draining = True
+
+    def signalled(self, name: str) -> bool:
+        """SIGINT or SIGTERM arrived: whether nsqd stops now. With --sigterm=drain a SIGTERM
+        starts a drain instead (nsqd/drain.py), which stops nsqd once everything is delivered."""
+        if name == "SIGTERM" and self.opts.sigterm == "drain":
+            self.drain.start("received SIGTERM")
+            return False
+        self.stop()
+        return True
 
     async def _start_listeners(self, nursery: trio.Nursery) -> None:
         listeners = await open_listeners(self.opts.tcp_address, "--tcp-address")
@@ -248,6 +264,8 @@ class NSQD:
         messages wait in the topic for the channels it starts with."""
         topic = self.topics.get(name)
         if topic is None:
+            if self.draining:
+                raise PublishFailed("draining")
             topic = self._create_topic(name, from_metadata=False)
             await topic.wait_started()
         return topic
@@ -281,7 +299,9 @@ class NSQD:
         SyncRound whose fsync covers their disk writes (--sync-every=1, nsqd/group_commit.py),
         or, when this publish creates the topic, a coroutine that publishes once the topic has
         started (``get_started_topic``) and returns one of those. Raises PublishFailed when
-        nsqd is stopping or a disk queue refused the messages."""
+        nsqd is stopping or draining, or a disk queue refused the messages."""
+        if self.draining:
+            raise PublishFailed("draining")
         topic = self.topics.get(topic_name)
         if topic is None:
             return self._publish_once_started(topic_name, bodies, delay)
@@ -375,8 +395,11 @@ class NSQD:
         }
 
     def registrations(self) -> list:
-        """REGISTER commands for everything this nsqd has, as sent on every (re)connect."""
+        """REGISTER commands for everything this nsqd has, as sent on every (re)connect; none
+        while draining (nsqd/drain.py)."""
         commands = []
+        if self.draining:
+            return commands
         for topic in self.topics.values():
             if topic.channels:
                 commands += [Register(topic.name, name) for name in topic.channels]

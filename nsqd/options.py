@@ -14,6 +14,7 @@ from .dead_letter import MAX_LIMIT, check_pattern
 from .io_backend import CHOICES as IO_BACKENDS
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
+SIGTERM_CHOICES = ("clean-shutdown", "drain")  # beyond NSQ: --sigterm (nsqd/drain.py)
 
 
 def default_node_id(hostname: str | None = None) -> int:
@@ -90,6 +91,7 @@ FLAGS = [
     Flag("processing-time-percentile", "float_list", [], "per channel, percentiles (as float (0, 1.0]) of the time from a delivery to its FIN to track, over --e2e-processing-latency-window-time, with the REQ and timeout counts of that window (comma separated '0.5,0.99'; empty = off)", cfg_key="processing_time_percentiles"),
     Flag("enable-peek", "bool", False, "answer GET /channel/peek: a channel's next queued messages, bodies included, without taking them (bodies can be sensitive; off by default)"),
     Flag("persist-deferred", "bool", False, "keep deferred messages with their due time in files beside the disk queues, so they keep their delay across restarts (with --mem-queue-size=0 also while running, with messages in flight)"),
+    Flag("sigterm", "str", "clean-shutdown", "what SIGTERM does: clean-shutdown (stop now, keeping undelivered messages on disk) or drain (refuse new messages, deliver every message held, then exit; as PUT /config/drain)"),
     # TLS, compression and AUTH (checked and converted in _validate_security)
     Flag("https-address", "str", "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients"),
     Flag("auth-http-address", "list", [], "<addr>:<port> or a full url to query auth server (may be given multiple times)", cfg_key="auth_http_addresses"),
@@ -139,6 +141,8 @@ def _validate(opts: SimpleNamespace) -> None:
     check_pattern(opts.dead_letter_topic)
     if opts.io_backend not in IO_BACKENDS:
         raise FlagError(f"--io-backend must be one of {', '.join(IO_BACKENDS)}, got {opts.io_backend!r}")
+    if opts.sigterm not in SIGTERM_CHOICES:
+        raise FlagError(f"--sigterm must be one of {', '.join(SIGTERM_CHOICES)}, got {opts.sigterm!r}")
     if opts.max_channel_consumers < 0:
         raise FlagError(f"--max-channel-consumers must be 0 (unlimited) or more, got {opts.max_channel_consumers}")
     for name in ("msg_timeout", "max_msg_timeout", "max_req_timeout", "max_heartbeat_interval",

@@ -201,6 +201,8 @@ class ProtocolV2:
     def sub(self, command: Sub):
         client = self.client
         topic = self.nsqd.topics.get(command.topic)
+        if self.nsqd.draining and (topic is None or not self.nsqd.drain.accepts_channel(topic, command.channel)):
+            raise ClientError("E_SUB_FAILED", "SUB failed draining")  # beyond NSQ: nsqd/drain.py
         if topic is None:
             return self._after_topic_start(self.sub, command)
         channel = topic.get_channel(command.channel)
@@ -288,7 +290,7 @@ class ProtocolV2:
     def mpub_topic(self, command: MpubTopic):
         """MPUB's topic, got (so created, and started) before its body is read, as NSQ's MPUB
         does (after the auth check)."""
-        if command.topic not in self.nsqd.topics:
+        if command.topic not in self.nsqd.topics and not self.nsqd.draining:  # draining: MPUB refuses
             return self.nsqd.get_started_topic(command.topic)
         return None
 

@@ -206,6 +206,8 @@ def stats_document(nsqd, topic_filter: str, channel_filter: str, include_clients
     if include_mem:
         document["memory"] = memory_stats(nsqd.gc_pauses)
     document["producers"] = producers or None
+    if nsqd.draining:  # beyond NSQ (nsqd/drain.py)
+        document |= nsqd.drain.stats()
     return document
 
 
@@ -246,6 +248,8 @@ def stats_text(document: dict, now: float) -> str:
            f"start_time {_rfc3339(document['start_time'])}\n",
            f"uptime {format_duration(now - document['start_time'])}\n",
            f"\nHealth: {document['health']}\n"]
+    if "draining" in document:
+        out.append(f"Draining: {document['drain_messages_left']} messages left\n")
     if "memory" in document:
         out.append("\nMemory:\n")
         out += [f"   {key:<25}\t{value}\n" for key, value in document["memory"].items()]

@@ -107,14 +107,25 @@ def option_value(flags: list[Flag], opts, option: str):
 
 
 async def _serve_until_signalled(make_daemon: Callable, opts, log: logging.Logger) -> None:
+    """Run the daemon until a signal stops it, or it stops by itself (a drained nsqd). A
+    daemon with ``signalled(name)`` decides whether a signal stops it (nsqd's --sigterm)."""
     daemon = make_daemon(opts)
+
+    async def run_daemon(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        await daemon.run(task_status=task_status)
+        nursery.cancel_scope.cancel()
+
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(daemon.run)
+            await nursery.start(run_daemon)
             async for signum in signals:
-                log.info("received %s, exiting", signal.Signals(signum).name)
-                daemon.stop()
-                break
+                name = signal.Signals(signum).name
+                signalled = getattr(daemon, "signalled", None)
+                if signalled is None or signalled(name):
+                    log.info("received %s, exiting", name)
+                    if signalled is None:
+                        daemon.stop()
+                    break
 
 
 def serve_with_trio(make_daemon: Callable, opts, log: logging.Logger) -> None:

@@ -84,6 +84,7 @@ BEYOND_NSQ_DEFAULTS = {
     "persist_deferred": False,
     "processing_time_percentile": [],
     "enable_peek": False,
+    "sigterm": "clean-shutdown",  # SIGTERM stops at once, as NSQ's (drain: nsqd/drain.py)
     "io_backend": "auto",  # not a feature: the epoll fast path where it exists, else portable
 }
 
