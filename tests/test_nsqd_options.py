@@ -84,6 +84,9 @@ BEYOND_NSQ_DEFAULTS = {
     "persist_deferred": False,
     "processing_time_percentile": [],
     "enable_peek": False,
+    "max_queue_bytes": 0,
+    "queue_full": "refuse",  # the policy a bound would have: no bound, no effect
+    "channel_pace": 0,
     "io_backend": "auto",  # not a feature: the epoll fast path where it exists, else portable
 }
 
