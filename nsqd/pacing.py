@@ -130,9 +130,11 @@ class Pacing:
 
     def apply(self, channel) -> None:
         """Give the channel the pacer its pace asks for (a new one: a changed pace starts with a full bucket)."""
+        pace = self.pace(channel)
+        if channel.pacer is None and not pace:
+            return  # unpaced, as it was
         if channel.pacer is not None:
             channel.pacer.stop()
-        pace = self.pace(channel)
         pacer = Pacer(channel, pace) if pace else None
         if pacer is not None:
             self.nsqd.spawn(pacer.run)
