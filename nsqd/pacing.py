@@ -21,7 +21,9 @@ paced channel costs nothing.
 So in any interval of T seconds a channel delivers at most ``pace * T`` messages plus the
 bucket (``max(1, pace * BURST_SECONDS)``); messages a screen takes instead (message TTL,
 dead letters, nsqd/screen.py) spend no token. Deferred messages, REQs and timeouts come
-back through the queue and are paced like the rest.
+back through the queue and are paced like the rest. The pace is a maximum: tokens that would
+overflow the bucket are lost, so an event loop kept from running for longer than
+BURST_SECONDS delivers less.
 """
 
 import trio
