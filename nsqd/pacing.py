@@ -74,7 +74,11 @@ class Pacer:
             self.tokens -= sent
             self.delivered += sent
         if client.can_take_message():
-            self._waiting[client] = None
+            waiting = self._waiting
+            waiting[client] = None
+            if len(waiting) > len(self.channel.clients):  # some have left while none was dealt to
+                clients = self.channel.clients
+                self._waiting = {waiter: None for waiter in waiting if clients.get(waiter.id) is waiter}
             if self.tokens < 1 and self.channel.queue.has_messages():
                 self._wanted.set()
 
