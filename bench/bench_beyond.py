@@ -13,6 +13,13 @@ dead-letter: the same drain without and with --max-attempts=100 (every message c
 processing-time: the same drain without and with --processing-time-percentile=0.5,0.99 (every FIN timed).
 write-through: the same drain with --mem-queue-size=0 (every message through the disk queue), without
            and with --persist-deferred (each delivery also recorded in the in-flight file).
+queue-bound: --count messages published (MPUB of 200) into a channel and drained, all of it
+           measured, without and with --max-queue-bytes=1GiB (every publish checked against the
+           topic's and the channel's queue, every queue counting its bytes; none refused).
+pace:      the drain of msg-ttl without and with --channel-pace=1000000000 (every delivery through
+           the channel's token bucket, which never runs short).
+pace-limiting: the same drain with --channel-pace=500 (the bucket short all along, even under
+           valgrind: the timer wakes delivery 100 times a second, 5 messages each).
 deferred:  --count DPUBs of 1 ms, pipelined on one connection, then drained as above, with
            --mem-queue-size=0, without and with --persist-deferred (each deferral and each release
            written to the channel's deferred file); the cost is per message, all of it included.
@@ -153,6 +160,11 @@ def consume(meter: Meter, flags: list[str], args) -> tuple[float, float]:
     return _drain(meter, flags, args, _fill)
 
 
+def publish_and_consume(meter: Meter, flags: list[str], args) -> tuple[float, float]:
+    """(messages/s, nsqd's cost per message) publishing --count messages and draining them."""
+    return _drain(meter, flags, args, _fill, measure_filling=True)
+
+
 def deferred(meter: Meter, flags: list[str], args) -> tuple[float, float]:
     """(messages/s, nsqd's cost per message) of --count DPUBs of 1 ms, drained."""
     return _drain(meter, flags, args, _defer, measure_filling=True)
@@ -207,6 +219,9 @@ def features(auth_address: str) -> dict:
         "msg-ttl": (consume, [], ["--msg-ttl=1h"], "msg"),
         "dead-letter": (consume, [], ["--max-attempts=100"], "msg"),
         "processing-time": (consume, [], ["--processing-time-percentile=0.5,0.99"], "msg"),
+        "queue-bound": (publish_and_consume, [], [f"--max-queue-bytes={1 << 30}"], "msg"),
+        "pace": (consume, [], ["--channel-pace=1000000000"], "msg"),
+        "pace-limiting": (consume, [], ["--channel-pace=500"], "msg"),
         "write-through": (consume, ["--mem-queue-size=0"], ["--mem-queue-size=0", "--persist-deferred"], "msg"),
         "deferred": (deferred, ["--mem-queue-size=0"], ["--mem-queue-size=0", "--persist-deferred"], "msg"),
     }

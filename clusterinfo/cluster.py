@@ -315,6 +315,12 @@ class ClusterInfo:
         except (UpstreamError, AttributeError):
             return False
 
+    async def pace_channel(self, topic: str, channel: str, rate: int) -> list[str]:
+        """Beyond NSQ: the channel's pace on every nsqd that has the topic (nsqd's POST /channel/pace)."""
+        found = await self.topic_producers(topic)
+        return found.errors + await self._producers_post(found.value, "channel/pace",
+                                                         f"{topic_query(topic, channel)}&rate={rate}")
+
     async def tombstone_node_for_topic(self, topic: str, node: str) -> list[str]:
         """Tombstone ``node`` for ``topic`` on every lookupd, then delete the topic on that nsqd."""
         errors = await self._lookupds_post("topic/tombstone", f"topic={escape(topic)}&node={escape(node)}")

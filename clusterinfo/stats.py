@@ -33,11 +33,11 @@ CLIENT_COUNTS = ("in_flight_count", "ready_count", "finish_count", "requeue_coun
 CLIENT_FLAGS = ("deflate", "snappy", "authed")
 CLIENT_IDENTITY = ("auth_identity", "auth_identity_url")
 CLIENT_TLS = ("tls_cipher_suite", "tls_version", "tls_negotiated_protocol")
-TOPIC_EXTRA_COUNTS = ("expired_count",)
-TOPIC_EXTRA_SETTINGS = ("msg_ttl",)
-CHANNEL_EXTRA_COUNTS = ("expired_count", "dead_letter_count")
-CHANNEL_EXTRA_SETTINGS = ("max_attempts", "dead_letter_topic")
-EXTRA_TEXT = ("dead_letter_topic",)
+TOPIC_EXTRA_COUNTS = ("expired_count", "queue_bytes", "dropped_count", "refused_count")
+TOPIC_EXTRA_SETTINGS = ("msg_ttl", "max_queue_bytes", "queue_full")
+CHANNEL_EXTRA_COUNTS = ("expired_count", "dead_letter_count", "queue_bytes", "dropped_count")
+CHANNEL_EXTRA_SETTINGS = ("max_attempts", "dead_letter_topic", "pace", "max_queue_bytes")
+EXTRA_TEXT = ("dead_letter_topic", "queue_full")
 
 
 def _int(raw: dict, key: str) -> int:

@@ -35,6 +35,13 @@ class Operator:
         finally:
             self.notifier.notify(f"{action}_{'channel' if channel else 'topic'}", request, topic, channel)
 
+    async def pace(self, request: Request, topic: str, channel: str, rate: int) -> list[str]:
+        """Beyond NSQ: the channel's pace (messages a second, 0: none), announced as ``pace_channel``."""
+        try:
+            return await self.ci.pace_channel(topic, channel, rate)
+        finally:
+            self.notifier.notify("pace_channel", request, topic, channel)
+
     async def delete(self, request: Request, topic: str, channel: str = "") -> list[str]:
         if channel:
             errors = await self.ci.delete_channel(topic, channel)

@@ -46,6 +46,7 @@ log = logging.getLogger("nsqadmin")
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 FLASH_COOKIE = "nsqadmin_flash"
 MAX_FORM_BYTES = 64 * 1024
+MAX_PACE = 1_000_000_000  # the largest pace nsqd takes (nsqd/pacing.py)
 MAX_FLASH_BYTES = 3000
 DONE = {"pause": "Paused", "unpause": "Unpaused", "empty": "Emptied", "delete": "Deleted"}
 
@@ -107,7 +108,7 @@ class Pages:
             "csrf": csrf, "flash": flash, "lookupds": self.opts.lookupd_http_address,
             "nsqds": self.opts.nsqd_http_address, "http_address": http_address,
             "confirmation": confirmation, "tombstone_confirmation": tombstone_confirmation,
-            "drain_confirmation": drain_confirmation, **context},
+            "drain_confirmation": drain_confirmation, "pace_confirmation": pace_confirmation, **context},
             status_code=status)
         cookie_path = self.opts.base_path
         if request.cookies.get(CSRF_COOKIE) != csrf:
@@ -363,6 +364,8 @@ class Pages:
         if isinstance(fields, Response):
             return fields
         action = fields.get("action", "")
+        if action == "pace":
+            return await self._pace(request, fields, topic, channel)
         if action not in (*TOPIC_ACTIONS, "delete"):
             return self._bad_request(request, f"Unknown action {action!r}.")
         if fields.get("confirm") != "yes":
@@ -378,6 +381,24 @@ class Pages:
             return self._redirect(here, {"kind": "error", "text": f"Could not {action} channel {channel}.",
                                          "details": [str(exc)]})
         return self._redirect(here, _outcome(f"{DONE[action]} channel {channel} of topic {topic}.", errors))
+
+    async def _pace(self, request: Request, fields: dict, topic: str, channel: str) -> Response:
+        """Beyond NSQ: the channel's pace on every nsqd that has its topic (POST /channel/pace)."""
+        rate = fields.get("rate", "").strip()
+        if not rate.isascii() or not rate.isdigit() or int(rate) > MAX_PACE:
+            return self._bad_request(request, f"Pace {rate!r} is not a whole number of messages a second "
+                                              f"from 0 to {MAX_PACE}.")
+        if fields.get("confirm") != "yes":
+            return self._confirm(request, fields, *pace_confirmation(topic, channel, int(rate)))
+        here = f"/topics/{path_segment(topic)}/{path_segment(channel)}"
+        try:
+            errors = await self.operator.pace(request, topic, channel, int(rate))
+        except UpstreamFailure as exc:
+            return self._redirect(here, {"kind": "error", "text": f"Could not pace channel {channel}.",
+                                         "details": [str(exc)]})
+        done = f"Paced channel {channel} of topic {topic} at {int(rate):,} messages a second." if int(rate) else \
+            f"Lifted the pace of channel {channel} of topic {topic}."
+        return self._redirect(here, _outcome(done, errors))
 
     async def lookup_form(self, request: Request) -> Response:
         fields = await self._form(request)
@@ -413,6 +434,15 @@ def confirmation(action: str, topic: str, channel: str = "") -> tuple[str, str]:
         "delete": f"{what.capitalize()} will be deleted on every nsqd and nsqlookupd, with every message it holds. "
                   f"This cannot be undone.",
     }[action]
+
+
+def pace_confirmation(topic: str, channel: str, rate: int | None = None) -> tuple[str, str]:
+    """(question, consequence) before pacing a channel (the dialog's, before the rate is typed, says "the pace")."""
+    pace = "the pace" if rate is None else f"{rate:,}"
+    return (f"Pace channel {channel} of topic {topic}?",
+            f"Every nsqd will deliver at most {pace} messages a second of channel {channel}, across all of its "
+            f"consumers; the rest wait in the channel. 0 lifts the pace." if rate != 0 else
+            f"Every nsqd will deliver messages of channel {channel} as fast as its consumers take them.")
 
 
 def tombstone_confirmation(topic: str, node: str) -> tuple[str, str]:

@@ -14,6 +14,9 @@ Theory of operation:
 * In-flight messages live on the client that holds them (``Client.in_flight``), which
   also owns their timeouts. Deferred messages (REQ with a delay, DPUB) wait in a heap
   ordered by deadline; ``run_deferred`` sleeps until the earliest one is due.
+* Beyond NSQ, a paced channel (nsqd/pacing.py) keeps nobody in ``_ready``: every message
+  queues, and ``client_ready`` hands the client to the pacer, which delivers from the queue
+  as its tokens allow (``deliver_queued``).
 """
 
 import heapq
@@ -51,6 +54,7 @@ class Channel:
         self._deferred_changed = trio.Event()
         self.screen = None  # beyond NSQ: the checks before a delivery (nsqd/screen.py), set by nsqd
         self.journal = None  # beyond NSQ: --persist-deferred's write-through files (nsqd/deferred_store.py)
+        self.pacer = None  # beyond NSQ: its token bucket while paced (nsqd/pacing.py); no client is then in _ready
         opts = topic.nsqd.opts
         percentiles = opts.e2e_processing_latency_percentile
         # FIN records into it (nsqd/client.py) only when percentiles are configured, as in NSQ
@@ -64,6 +68,14 @@ class Channel:
     def set_screen(self, screen) -> None:
         """The checks before each delivery (nsqd/screen.py), or None."""
         self.screen = screen
+
+    def set_pacer(self, pacer) -> None:
+        """Beyond NSQ: pace deliveries with ``pacer`` (nsqd/pacing.py), or None. Ready consumers
+        are asked again, so they go to the pacer or back to the direct deliveries."""
+        self.pacer = pacer
+        self._forget_ready_clients()
+        for client in list(self.clients.values()):
+            self.client_ready(client)
 
     def set_journal(self, journal) -> None:
         """Beyond NSQ: record deferrals and deliveries in ``journal`` (nsqd/deferred_store.py)."""
@@ -97,6 +109,8 @@ class Channel:
                 return
             messages = messages[taken:]
         self.queue.put(messages)
+        if self.pacer is not None:
+            self.pacer.queued()
 
     def _deliver_many_to_ready(self, messages) -> int:
         """Hand messages to ready clients; how many were taken. The ready clients take turns,
@@ -142,10 +156,15 @@ class Channel:
         if not self._delivering() or not self._deliver_many_to_ready((message,)):
             if self.queue.requeue(message) and self.journal is not None:
                 self.journal.queued(message)
+            if self.pacer is not None:
+                self.pacer.queued()
 
     def client_ready(self, client) -> None:
         """The client can take more messages: drain the queue into it, then mark it ready."""
         if not self._delivering() or not client.can_take_message():
+            return
+        if self.pacer is not None:
+            self.pacer.client_ready(client)  # it delivers as its tokens allow
             return
         queue = self.queue
         while queue.messages:
@@ -162,6 +181,23 @@ class Channel:
         if client not in self._in_ready:
             self._in_ready.add(client)
             self._ready.append(client)
+
+    def deliver_queued(self, client, limit: int) -> int:
+        """Up to ``limit`` queued messages to ``client``, memory first, as many as it can take;
+        how many it got (a paced channel's deliveries, nsqd/pacing.py)."""
+        in_flight, queue = client.in_flight, self.queue
+        before = len(in_flight)
+        while client.can_take_message():
+            count = min(limit - (len(in_flight) - before), client.ready_count - len(in_flight))
+            if count <= 0:
+                break
+            if queue.messages:
+                client.send_messages(queue.take_from_memory(count), 0)
+            elif queue.has_backend_data() and (messages := queue.take_from_disk(count)):
+                client.send_messages(messages, 0)
+            else:
+                break
+        return len(in_flight) - before
 
     def add_client(self, client) -> None:
         self.clients[client.id] = client

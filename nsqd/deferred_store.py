@@ -94,6 +94,13 @@ class ChannelLog:
         self.in_flight_file.add(gone(header_id(message)))
         flush(self.nsqd, self.in_flight_file)
 
+    def emptied(self) -> None:
+        """The channel was emptied: both files go, and the next tidy has nothing to write back
+        (it would otherwise rewrite the in-flight file of the messages that were in flight)."""
+        self.deferred_file.replace([])
+        self.in_flight_file.replace([])
+        self.deferred_records, self.in_flight_dirty, self.in_flight_kept = 0, False, 0
+
     def screen_part(self) -> Part:
         """Each delivery is noted in the in-flight file, and after the batch how far the disk
         queue was read: the batch's records go in one write, before the messages go out."""
@@ -302,8 +309,7 @@ class DeferredStore:
         """A channel or topic was emptied: its deferred (and in-flight) messages went with it."""
         channel_log = self.channel_logs.get(owner)
         if channel_log is not None:
-            channel_log.deferred_file.replace([])
-            channel_log.in_flight_file.replace([])
+            channel_log.emptied()
         topic_log = self.topic_logs.get(owner)
         if topic_log is not None:
             topic_log.file.replace([])

@@ -29,6 +29,8 @@ from .drain import parse_drain_value
 from .group_commit import PublishFailed
 from .http_auth import CHALLENGE, HTTPAuth
 from .message_ttl import parse_ttl
+from .pacing import parse_pace
+from .queue_bound import parse_bound
 from .options import FLAGS, LOG_LEVELS, validate_lookupd_address
 
 log = logging.getLogger("nsqd")
@@ -52,12 +54,14 @@ class HTTPAPI:
             ("POST", "/topic/pause"): self.topic_pause,
             ("POST", "/topic/unpause"): self.topic_pause,
             ("POST", "/topic/ttl"): self.topic_ttl,
+            ("POST", "/topic/max_queue_bytes"): self.topic_max_queue_bytes,
             ("POST", "/channel/create"): self.channel_create,
             ("POST", "/channel/delete"): self.channel_delete,
             ("POST", "/channel/empty"): self.channel_empty,
             ("POST", "/channel/pause"): self.channel_pause,
             ("POST", "/channel/unpause"): self.channel_pause,
             ("POST", "/channel/max_attempts"): self.channel_max_attempts,
+            ("POST", "/channel/pace"): self.channel_pace,
             ("GET", "/config/:opt"): self.config,
             ("PUT", "/config/:opt"): self.config,
             ("POST", "/debug/freememory"): self.free_memory,
@@ -138,10 +142,11 @@ class HTTPAPI:
                 waiting = await waiting
             if waiting is not None:
                 await waiting.wait()
-        except (PublishFailed, OSError):
+        except (PublishFailed, OSError) as exc:
             if self.nsqd.draining:
                 raise HTTPError(503, "DRAINING") from None  # beyond NSQ (nsqd/drain.py)
-            raise HTTPError(503, "EXITING") from None  # nsqd's answer to any failed put, disk errors included
+            # nsqd's answer to any failed put, disk errors included; beyond NSQ, QUEUE_FULL (nsqd/queue_bound.py)
+            raise HTTPError(503, getattr(exc, "http_text", "EXITING")) from None
         return v1_ok("OK")
 
     async def pub(self, request: Request) -> Response:
@@ -270,6 +275,14 @@ class HTTPAPI:
         self.nsqd.save_metadata()
         return v1_ok()
 
+    def topic_max_queue_bytes(self, request: Request) -> Response:
+        """Beyond NSQ: ``max_queue_bytes=<bytes>`` (``0``: none) or ``default`` (--max-queue-bytes')."""
+        query = parse_query(request.query)
+        topic = self._existing_topic(self._topic_arg(query, validate=True))
+        self.nsqd.queue_bounds.set(topic, _setting(query, "max_queue_bytes", parse_bound))
+        self.nsqd.save_metadata()
+        return v1_ok()
+
     def channel_create(self, request: Request) -> Response:
         topic, channel_name = self._topic_and_channel(request)
         if self.nsqd.draining and not self.nsqd.drain.accepts_channel(topic, channel_name):
@@ -311,6 +324,14 @@ class HTTPAPI:
         count = _setting(query, "n", peek.parse_count) if "n" in query else peek.DEFAULT_COUNT
         max_body = _setting(query, "max_body", peek.parse_max_body) if "max_body" in query else peek.DEFAULT_MAX_BODY
         return Response(200, await peek.peek(channel, count, max_body), [V1_HEADER, JSON_TYPE])
+
+    def channel_pace(self, request: Request) -> Response:
+        """Beyond NSQ: ``rate=<messages a second>`` (``0``: unpaced) or ``default`` (--channel-pace's)."""
+        topic, channel_name = self._topic_and_channel(request)
+        channel = self._existing_channel(topic, channel_name)
+        self.nsqd.pacing.set(channel, _setting(parse_query(request.query), "rate", parse_pace))
+        self.nsqd.save_metadata()
+        return v1_ok()
 
     def _set_paused(self, target, request: Request) -> Response:
         """Pause or unpause a topic or channel (by the route's name) and save nsqd.dat."""

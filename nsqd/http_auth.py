@@ -12,9 +12,9 @@ need the same answer at once share one query.
 A request is allowed as the TCP command with the same effect would be:
 
 * ``POST /pub``, ``/mpub``, ``/topic/create``: ``publish`` on the topic (as PUB);
-* ``POST /channel/create|delete|empty|pause|unpause|max_attempts``, ``GET /channel/peek``:
+* ``POST /channel/create|delete|empty|pause|unpause|max_attempts|pace``, ``GET /channel/peek``:
   ``subscribe`` on the topic and channel (as SUB);
-* ``POST /topic/delete|empty|pause|unpause|ttl``, which act on every channel of the topic:
+* ``POST /topic/delete|empty|pause|unpause|ttl|max_queue_bytes``, which act on every channel of the topic:
   ``publish`` on the topic and ``subscribe`` on each of its channels;
 * ``GET /stats``, ``/metrics``: any grant; they show only the topics that some grant's
   topic pattern matches (and of producers, only their counts for those topics);
@@ -48,8 +48,9 @@ ROUTE_RULES = {
     "/channel/create": CHANNEL, "/channel/delete": CHANNEL, "/channel/empty": CHANNEL,
     "/channel/pause": CHANNEL, "/channel/unpause": CHANNEL, "/channel/max_attempts": CHANNEL,
     "/channel/peek": CHANNEL,
+    "/channel/pace": CHANNEL,
     "/topic/delete": TOPIC, "/topic/empty": TOPIC, "/topic/pause": TOPIC, "/topic/unpause": TOPIC,
-    "/topic/ttl": TOPIC,
+    "/topic/ttl": TOPIC, "/topic/max_queue_bytes": TOPIC,
     "/stats": STATS, "/metrics": STATS,
 }
 EVERYTHING = ".*"

@@ -8,10 +8,16 @@ queue: what does not fit in memory is dropped, as NSQ drops it.
 A disk write that fails raises OSError after updating nsqd's health, so the publisher
 hears of it; ``requeue`` never loses a message it was handed: if the disk refuses (or
 the queue is ephemeral), the message stays in memory past the limit.
+
+Beyond NSQ, while its topic has a --max-queue-bytes bound (nsqd/queue_bound.py) a queue
+counts the bytes of the messages it holds, memory and disk (``held_bytes``; None when not
+counting, so an unbounded queue pays one attribute test per batch).
 """
 
 import logging
 from collections import deque
+
+from .queue_bound import disk_bytes
 
 log = logging.getLogger("nsqd")
 
@@ -23,6 +29,20 @@ class MessageQueue:
         self.capacity = nsqd.opts.mem_queue_size
         self.messages: deque[bytes] = deque()
         self.backend = None if ephemeral else nsqd.open_diskqueue(name)
+        self.held_bytes: int | None = None
+
+    def count_bytes(self, counting: bool) -> None:
+        """Start (from what is held now: nsqd/queue_bound.py estimates the disk part) or stop
+        counting ``held_bytes``."""
+        if not counting:
+            self.held_bytes = None
+        elif self.held_bytes is None:
+            self.held_bytes = sum(map(len, self.messages)) + (disk_bytes(self.backend) if self.backend else 0)
+
+    def _count_taken(self, messages: list[bytes]) -> None:
+        self.held_bytes -= sum(map(len, messages))
+        if self.held_bytes < 0 or not self.has_messages():
+            self.held_bytes = 0  # what a skipped corrupt file held is forgotten once the queue is empty
 
     def __len__(self) -> int:
         return len(self.messages) + self.backend_depth
@@ -45,15 +65,21 @@ class MessageQueue:
         room = self.capacity - len(self.messages)
         if room >= len(messages):
             self.messages.extend(messages)
+            if self.held_bytes is not None:
+                self.held_bytes += sum(map(len, messages))
             return
         if room > 0:
             self.messages.extend(messages[:room])
+            if self.held_bytes is not None:
+                self.held_bytes += sum(map(len, messages[:room]))
             messages = messages[room:]
         self._to_disk(messages)
 
     def requeue(self, message: bytes) -> bool:
         """Queue a message that was already accepted and delivered once: it is never dropped,
         neither for a disk error nor because an ephemeral queue is full. Whether it went to disk."""
+        if self.held_bytes is not None:
+            self.held_bytes += len(message)
         if len(self.messages) < self.capacity or self.backend is None:
             self.messages.append(message)
             return False
@@ -74,6 +100,8 @@ class MessageQueue:
             self.nsqd.disk_failed(self.name, exc)
             raise
         self.nsqd.disk_written(self.backend)
+        if self.held_bytes is not None:
+            self.held_bytes += sum(map(len, messages))
 
     def take_from_memory(self, count: int) -> list[bytes]:
         """Up to ``count`` messages from the memory part (they leave it)."""
@@ -81,9 +109,12 @@ class MessageQueue:
         if count >= len(messages):
             taken = list(messages)
             messages.clear()
-            return taken
-        pop = messages.popleft
-        return [pop() for _ in range(count)]
+        else:
+            pop = messages.popleft
+            taken = [pop() for _ in range(count)]
+        if self.held_bytes is not None:
+            self._count_taken(taken)
+        return taken
 
     def take_from_disk(self, count: int) -> list[bytes]:
         """Up to ``count`` messages off the disk queue (they leave it)."""
@@ -93,6 +124,8 @@ class MessageQueue:
             self.nsqd.disk_failed(self.name, exc)
             return []
         self.nsqd.disk_used(self.backend)
+        if self.held_bytes is not None:
+            self._count_taken(messages)
         return messages
 
     def take(self, count: int) -> list[bytes]:
@@ -104,6 +137,8 @@ class MessageQueue:
 
     def empty(self) -> None:
         self.messages.clear()
+        if self.held_bytes is not None:
+            self.held_bytes = 0
         if self.backend is not None:
             self.backend.empty()
 

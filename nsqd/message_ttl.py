@@ -161,7 +161,7 @@ def drop_older_than(queue, cutoff_ns: int) -> int:
     dropped = 0
     messages = queue.messages
     while messages and dropped < SWEEP_LIMIT and _TIMESTAMP.unpack_from(messages[0])[0] < cutoff_ns:
-        messages.popleft()
+        queue.take_from_memory(1)  # through the queue, which may count its bytes (nsqd/queue_bound.py)
         dropped += 1
     backend = queue.backend
     if backend is None:
@@ -169,13 +169,7 @@ def drop_older_than(queue, cutoff_ns: int) -> int:
     on_disk = 0
     while dropped + on_disk < SWEEP_LIMIT:
         payload = backend.peek()
-        if payload is None or _TIMESTAMP.unpack_from(payload)[0] >= cutoff_ns:
+        if payload is None or _TIMESTAMP.unpack_from(payload)[0] >= cutoff_ns or not queue.take_from_disk(1):
             break
-        try:
-            on_disk += len(backend.read(1))
-        except OSError as exc:
-            queue.nsqd.disk_failed(queue.name, exc)
-            break
-    if on_disk:
-        queue.nsqd.disk_used(backend)
+        on_disk += 1
     return dropped + on_disk

@@ -29,8 +29,8 @@ log = logging.getLogger("nsqd")
 METADATA_FILE = "nsqd.dat"
 
 
-TOPIC_EXTRAS = ("msg_ttl",)
-CHANNEL_EXTRAS = ("max_attempts",)
+TOPIC_EXTRAS = ("msg_ttl", "max_queue_bytes")
+CHANNEL_EXTRAS = ("max_attempts", "pace")
 
 
 class ChannelMeta(NamedTuple):

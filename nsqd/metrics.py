@@ -38,6 +38,13 @@ BEYOND_TOPIC_METRICS = (
     ("nsq_topic_msg_ttl_seconds", "gauge", "msg_ttl", 1e-3, "The topic's message TTL (0: none)."),
     ("nsq_topic_expired_total", "counter", "expired_count", 1,
      "Messages dropped from the topic's own queue for being older than its TTL."),
+    ("nsq_topic_max_queue_bytes", "gauge", "max_queue_bytes", 1,
+     "Bytes of messages the topic's queue and each of its channels' may hold (0: no bound)."),
+    ("nsq_topic_queue_bytes", "gauge", "queue_bytes", 1, "Bytes of messages in the topic's own queue, memory and disk."),
+    ("nsq_topic_queue_dropped_total", "counter", "dropped_count", 1,
+     "Messages dropped from the topic's own queue to make room (--queue-full=drop-oldest)."),
+    ("nsq_topic_queue_refused_total", "counter", "refused_count", 1,
+     "Messages refused because a queue of the topic was full (--queue-full=refuse)."),
 )
 BEYOND_CHANNEL_METRICS = (
     ("nsq_channel_expired_total", "counter", "expired_count", 1,
@@ -46,6 +53,10 @@ BEYOND_CHANNEL_METRICS = (
      "Deliveries a message may have on the channel before it is dead-lettered (0: no limit)."),
     ("nsq_channel_dead_letters_total", "counter", "dead_letter_count", 1,
      "Messages moved to the topic's dead-letter topic after max_attempts deliveries."),
+    ("nsq_channel_pace", "gauge", "pace", 1, "Messages a second the channel delivers at most (shown while paced)."),
+    ("nsq_channel_queue_bytes", "gauge", "queue_bytes", 1, "Bytes of messages in the channel's queue, memory and disk."),
+    ("nsq_channel_queue_dropped_total", "counter", "dropped_count", 1,
+     "Messages dropped from the channel's queue to make room (--queue-full=drop-oldest)."),
 )
 # --processing-time-percentile: gauges over the latency window, for the channels whose /stats has the key
 PROCESSING_COUNTS = (

@@ -37,6 +37,8 @@ from .message_ttl import MessageTTL
 from .options import TLS_REQUIRED
 from .heartbeats import Heartbeats
 from .output_batch import OutputBatch
+from .pacing import Pacing
+from .queue_bound import QueueBounds
 from .screen import screen_for
 from .stats import GCPauses
 from .tcp import TCPServer
@@ -90,6 +92,8 @@ class NSQD:
         self.dead_letters = DeadLetters(self)
         self.deferred_store = DeferredStore(self)
         self.drain = Drain(self)
+        self.pacing = Pacing(self)
+        self.queue_bounds = QueueBounds(self)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -208,9 +212,11 @@ class NSQD:
             if entry.paused:  # only ever pauses, as in NSQ: a topic listed twice stays paused
                 topic.pause()
             self.message_ttl.load(topic, entry.extras)
+            self.queue_bounds.load(topic, entry.extras)
             for channel_entry in entry.channels:
                 channel = topic.get_channel(channel_entry.name)
                 self.dead_letters.load(channel, channel_entry.extras)
+                self.pacing.load(channel, channel_entry.extras)
                 if channel_entry.paused:
                     channel.pause()
         log.info("NSQ: loaded metadata for %d topics from %s", len(saved), self.data_path)
@@ -218,8 +224,10 @@ class NSQD:
     def _metadata_snapshot(self) -> list[metadata.TopicMeta]:
         return [
             metadata.TopicMeta(topic.name, topic.paused, [
-                metadata.ChannelMeta(channel.name, channel.paused, self.dead_letters.metadata(channel))
-                for channel in topic.channels.values() if not channel.ephemeral], self.message_ttl.metadata(topic))
+                metadata.ChannelMeta(channel.name, channel.paused,
+                                     {**self.dead_letters.metadata(channel), **self.pacing.metadata(channel)})
+                for channel in topic.channels.values() if not channel.ephemeral],
+                {**self.message_ttl.metadata(topic), **self.queue_bounds.metadata(topic)})
             for topic in self.topics.values() if not topic.ephemeral
         ]
 
@@ -278,6 +286,7 @@ class NSQD:
         topic = Topic(name, self, started=not prepare)
         self.topics[name] = topic
         self.deferred_store.topic_created(topic)
+        self.queue_bounds.apply(topic)
         self._start_task(topic, topic.run_pump)
         log.info("TOPIC(%s): created", name)
         self.lookup.notify(Register(name))
@@ -307,6 +316,8 @@ class NSQD:
             return self._publish_once_started(topic_name, bodies, delay)
         if self.exiting:
             raise PublishFailed("exiting")
+        if topic.queue_bound:
+            self.queue_bounds.admit(topic, bodies)  # beyond NSQ: room made, or QueueFull (nsqd/queue_bound.py)
         writes = self.group_commit.writes
         try:
             if delay > 0:
@@ -330,6 +341,7 @@ class NSQD:
         self.lookup.notify(Unregister(name))  # before its channels', as nsqd's Topic.exit
         topic.delete()
         self.message_ttl.forget_topic(topic)
+        self.queue_bounds.forget_topic(topic)
         self.deferred_store.deleted(topic)
         log.info("TOPIC(%s): deleted", name)
         if not topic.ephemeral:
@@ -339,6 +351,8 @@ class NSQD:
     def channel_created(self, channel) -> None:
         self.deferred_store.channel_created(channel)
         self.refresh_screen(channel)
+        self.pacing.apply(channel)
+        self.queue_bounds.channel_created(channel)
         self._start_task(channel, channel.run_deferred)
         self.lookup.notify(Register(channel.topic.name, channel.name))
         log.info("TOPIC(%s): new channel(%s)", channel.topic.name, channel.name)
@@ -350,6 +364,8 @@ class NSQD:
         self._stop_task(channel)
         self.message_ttl.forget_channel(channel)
         self.dead_letters.forget_channel(channel)
+        self.pacing.forget_channel(channel)
+        self.queue_bounds.forget_channel(channel)
         self.deferred_store.deleted(channel)
         self.lookup.notify(Unregister(channel.topic.name, channel.name))
         for conn in list(self.connections):

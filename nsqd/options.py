@@ -12,6 +12,8 @@ from serving.listeners import parse_address
 
 from .dead_letter import MAX_LIMIT, check_pattern
 from .io_backend import CHOICES as IO_BACKENDS
+from .pacing import check_pace_flag
+from .queue_bound import check_bound_flags
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
 SIGTERM_CHOICES = ("clean-shutdown", "drain")  # beyond NSQ: --sigterm (nsqd/drain.py)
@@ -90,6 +92,9 @@ FLAGS = [
     Flag("io-backend", "str", "auto", "how TCP connections are read and written: auto (the epoll fast path where select.epoll exists, else portable) or portable (trio streams)"),
     Flag("processing-time-percentile", "float_list", [], "per channel, percentiles (as float (0, 1.0]) of the time from a delivery to its FIN to track, over --e2e-processing-latency-window-time, with the REQ and timeout counts of that window (comma separated '0.5,0.99'; empty = off)", cfg_key="processing_time_percentiles"),
     Flag("enable-peek", "bool", False, "answer GET /channel/peek: a channel's next queued messages, bodies included, without taking them (bodies can be sensitive; off by default)"),
+    Flag("max-queue-bytes", "int", 0, "bound each topic's and each channel's queue (memory and disk) to this many bytes of messages, for every topic without a bound of its own (POST /topic/max_queue_bytes); 0 = unbounded"),
+    Flag("queue-full", "str", "refuse", "what a queue at --max-queue-bytes does with more: refuse (publishes fail: E_PUB_FAILED, HTTP 503) or drop-oldest (its oldest messages are dropped and counted)"),
+    Flag("channel-pace", "int", 0, "deliver at most this many messages a second on each channel without a pace of its own (POST /channel/pace), across all of its consumers; 0 = unpaced"),
     Flag("persist-deferred", "bool", False, "keep deferred messages with their due time in files beside the disk queues, so they keep their delay across restarts (with --mem-queue-size=0 also while running, with messages in flight)"),
     Flag("sigterm", "str", "clean-shutdown", "what SIGTERM does: clean-shutdown (stop now, keeping undelivered messages on disk) or drain (refuse new messages, deliver every message held, then exit; as PUT /config/drain)"),
     # TLS, compression and AUTH (checked and converted in _validate_security)
@@ -139,6 +144,8 @@ def _validate(opts: SimpleNamespace) -> None:
     if not 0 <= opts.max_attempts <= MAX_LIMIT:
         raise FlagError(f"--max-attempts must be in [0, {MAX_LIMIT}], got {opts.max_attempts}")
     check_pattern(opts.dead_letter_topic)
+    check_pace_flag(opts.channel_pace)
+    check_bound_flags(opts.max_queue_bytes, opts.queue_full)
     if opts.io_backend not in IO_BACKENDS:
         raise FlagError(f"--io-backend must be one of {', '.join(IO_BACKENDS)}, got {opts.io_backend!r}")
     if opts.sigterm not in SIGTERM_CHOICES:

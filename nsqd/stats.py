@@ -157,6 +157,8 @@ def channel_stats(channel, include_clients: bool, topic_filter: str, now_ns: int
         **({"processing_time": channel.processing_time.stats()} if channel.processing_time is not None else {}),
         **channel.topic.nsqd.message_ttl.channel_stats(channel),
         **channel.topic.nsqd.dead_letters.channel_stats(channel),
+        **channel.topic.nsqd.pacing.channel_stats(channel),
+        **channel.topic.nsqd.queue_bounds.channel_stats(channel),
     }
 
 
@@ -179,6 +181,7 @@ def topic_stats(topic, channel_filter: str, include_clients: bool, topic_filter:
         "e2e_processing_latency": e2e_latency(
             [channel.e2e_latency for channel in topic.channels.values() if channel.e2e_latency], now_ns),
         **topic.nsqd.message_ttl.topic_stats(topic),
+        **topic.nsqd.queue_bounds.topic_stats(topic),
     }
 
 

@@ -40,6 +40,7 @@ class Topic:
         self.queue = MessageQueue(name, nsqd, self.ephemeral)
         self._held_deferred: list[tuple[float, bytes]] = []  # (delay s, message)
         self.held_log = None  # beyond NSQ: --persist-deferred's write-through file (nsqd/deferred_store.py)
+        self.queue_bound = 0  # beyond NSQ: bytes its queue and each channel's may hold (nsqd/queue_bound.py); 0 = any
         self._backlog_changed = trio.Event()
 
     def __repr__(self) -> str:
@@ -128,6 +129,10 @@ class Topic:
             if deferred:
                 self.held_log.passed_on([message for _, message in deferred])
             self.held_log.handed_on()
+
+    def set_queue_bound(self, bound: int) -> None:
+        """Beyond NSQ: nsqd checks publishes against ``bound`` (nsqd/queue_bound.py); 0 = none."""
+        self.queue_bound = bound
 
     def set_held_log(self, held_log) -> None:
         """Beyond NSQ: record held deferred messages in ``held_log`` (nsqd/deferred_store.py)."""

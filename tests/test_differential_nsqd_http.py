@@ -241,6 +241,7 @@ CONFIG_NAMES = sorted({flag.key for flag in NSQD_FLAGS} | {
     "logger", "Logger", "LogLevel", "bogus", "tls_required", "version", "config", "verbose", "HTTPAddress",
     "queue_scan_interval", "queue_scan_dirty_percent"})
 _BEYOND_NSQ_OPTIONS = {"msg_ttl", "max_attempts", "dead_letter_topic", "persist_deferred", "http_auth_required",
+                       "max_queue_bytes", "queue_full", "channel_pace",
                        "auth_http_request_method", "io_backend", "enable_peek", "processing_time_percentiles",
                        "sigterm"}
 

@@ -615,8 +615,8 @@ async def test_the_old_nsqd_id_dat_name_is_ignored_by_both(tmp_path):
 # -- what ours adds to a data directory ---------------------------------------------------------------
 
 async def test_go_ignores_the_files_and_keys_of_our_opt_in_features(tmp_path):
-    """Ours with --persist-deferred (deferred messages in files of their own), --max-attempts and
-    --msg-ttl (extra nsqd.dat keys): NSQ's nsqd starts on the directory, ignores those, and delivers
+    """Ours with --persist-deferred (deferred messages in files of their own), --max-attempts,
+    --msg-ttl, a channel's pace and a topic's queue bound (extra nsqd.dat keys): NSQ's nsqd starts on the directory, ignores those, and delivers
     everything else. One run of ours without the flag hands the deferred messages back NSQ's way."""
     data = tmp_path / "data"
     data.mkdir()
@@ -625,10 +625,13 @@ async def test_go_ignores_the_files_and_keys_of_our_opt_in_features(tmp_path):
     written = await write_everything(server)
     http_post(server, "/topic/ttl", topic="orders", ttl="2h")
     http_post(server, "/channel/max_attempts", topic="retries", channel="c", max_attempts="9")
+    http_post(server, "/channel/pace", topic="retries", channel="c", rate="5000")
+    http_post(server, "/topic/max_queue_bytes", topic="orders", max_queue_bytes="10485760")
     assert server.stop() == 0
     await written.close()
     extras = nsqd_dat(data)
     assert b'"msg_ttl":7200000' in extras and b'"max_attempts":9' in extras
+    assert b'"max_attempts":9,"pace":5000' in extras and b'"max_queue_bytes":10485760' in extras
     deferred_files = {path.name: path.read_bytes() for path in data.glob("*.deferred.dat")}
     assert sorted(deferred_files) == ["later:c.deferred.dat", "lonely.deferred.dat", "retries:c.deferred.dat"]
 

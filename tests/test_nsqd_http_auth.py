@@ -83,12 +83,14 @@ async def test_the_auth_server_is_asked_what_a_tcp_client_would_be_asked(nsqd, h
     ("POST", "/channel/create?topic=orders&channel=billing", "billing", True),
     ("POST", "/channel/max_attempts?topic=orders&channel=billing&max_attempts=3", "billing", True),
     ("POST", "/channel/max_attempts?topic=orders&channel=shipping&max_attempts=3", "orders", False),
+    ("POST", "/channel/pace?topic=orders&channel=billing&rate=3", "billing", True),
+    ("POST", "/channel/pace?topic=orders&channel=shipping&rate=3", "orders", False),
 ])
 async def test_publish_and_channel_routes_need_the_grant_of_the_matching_tcp_command(
         nsqd, http, method, path, secret, allowed):
     if path.startswith("/channel/"):
         assert (await http.post("/topic/create?topic=orders", headers=bearer("good"))).status_code == 200
-    if path.startswith("/channel/max_attempts"):
+    if path.startswith(("/channel/max_attempts", "/channel/pace")):
         for channel in ("billing", "shipping"):
             answer = await http.post(f"/channel/create?topic=orders&channel={channel}", headers=bearer("good"))
             assert answer.status_code == 200
@@ -100,6 +102,8 @@ async def test_publish_and_channel_routes_need_the_grant_of_the_matching_tcp_com
     assert set(nsqd.topics) <= {"orders"}
     if "max_attempts" in path:
         assert not nsqd.dead_letters.overrides
+    elif "pace" in path:
+        assert not nsqd.pacing.overrides
     else:
         assert not any(topic.channels for topic in nsqd.topics.values())
 

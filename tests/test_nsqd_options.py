@@ -85,6 +85,9 @@ BEYOND_NSQ_DEFAULTS = {
     "processing_time_percentile": [],
     "enable_peek": False,
     "sigterm": "clean-shutdown",  # SIGTERM stops at once, as NSQ's (drain: nsqd/drain.py)
+    "max_queue_bytes": 0,
+    "queue_full": "refuse",  # the policy a bound would have: no bound, no effect
+    "channel_pace": 0,
     "io_backend": "auto",  # not a feature: the epoll fast path where it exists, else portable
 }
 
