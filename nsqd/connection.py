@@ -311,7 +311,8 @@ class Connection:
                 await self._flush()  # the IDENTIFY answer, in the clear
                 if tls:
                     log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", client.remote_address)
-                    self.backend = await self.backend.start_tls(self.nsqd.tls_context)
+                    async with self.nsqd.tls_handshakes:  # a few at a time: each step holds the loop
+                        self.backend = await self.backend.start_tls(self.nsqd.tls_context)
                     client.set_tls(tls_state(self.backend.stream))
                     await self._send_ok()
                 if codec is not None:

@@ -97,7 +97,7 @@ def write_atomically(path: str, data: bytes, fsync: bool = True) -> None:
 
 class DiskQueue:
     def __init__(self, name: str, data_path: str, max_bytes_per_file: int, min_msg_size: int, max_msg_size: int,
-                 keep_read_files: bool = False):
+                 keep_read_files: bool = False, remove_file=os.remove):
         self.name = name
         self.data_path = data_path
         self.max_bytes_per_file = max_bytes_per_file
@@ -122,6 +122,7 @@ class DiskQueue:
         # removed only at the next read or sync, once what was read from it is recorded elsewhere.
         self.keep_read_files = keep_read_files
         self._read_files_done: list[str] = []
+        self.remove_file = remove_file  # nsqd's removes in a worker thread (nsqd/file_remover.py)
         self._load_metadata()
 
     # -- naming ------------------------------------------------------------------
@@ -477,7 +478,7 @@ class DiskQueue:
     def _remove_read_files(self) -> None:
         for finished in self._read_files_done:
             try:
-                os.remove(finished)
+                self.remove_file(finished)
             except OSError as exc:
                 log.error("DISKQUEUE(%s) failed to Remove(%s) - %s", self.name, finished, exc)
         self._read_files_done.clear()
@@ -525,7 +526,7 @@ class DiskQueue:
         self._remove_read_files()
         for number in range(self.read_file_num, self.write_file_num + 1):
             try:
-                os.remove(self.file_name(number))
+                self.remove_file(self.file_name(number))
             except FileNotFoundError:
                 pass
         self.write_file_num += 1

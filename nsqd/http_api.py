@@ -31,6 +31,7 @@ from .http_auth import CHALLENGE, HTTPAuth
 from .message_ttl import parse_ttl
 from .pacing import parse_pace
 from .queue_bound import parse_bound
+from .slices import in_slices
 from .options import FLAGS, LOG_LEVELS, validate_lookupd_address
 
 log = logging.getLogger("nsqd")
@@ -187,23 +188,26 @@ class HTTPAPI:
 
     # -- stats -----------------------------------------------------------------------
 
-    def stats(self, request: Request, shown_topics=None) -> Response:
-        """``shown_topics``: with --http-auth-required, which topics the caller may see."""
+    async def stats(self, request: Request, shown_topics=None) -> Response:
+        """``shown_topics``: with --http-auth-required, which topics the caller may see. Built and
+        encoded a topic at a time (nsqd/slices.py): 10,000 topics at once held every client."""
         query = parse_query(request.query)
 
         def first(name: str) -> str:
             return query[name][0] if name in query else ""
 
-        document = stats.stats_document(self.nsqd, first("topic"), first("channel"),
-                                        BOOL_PARAMS.get(first("include_clients"), True),
-                                        BOOL_PARAMS.get(first("include_mem"), True), shown_topics)
+        steps = stats.stats_document_steps(self.nsqd, first("topic"), first("channel"),
+                                           BOOL_PARAMS.get(first("include_clients"), True),
+                                           BOOL_PARAMS.get(first("include_mem"), True), shown_topics)
         if first("format") == "json":
-            return v1_ok(document)
-        return v1_ok(stats.stats_text(document, time.time()))
+            body = await in_slices(stats.encoded_steps(steps, stats.json_steps))
+            return Response(200, body, [V1_HEADER, JSON_TYPE])  # v1_ok's, for a document
+        return v1_ok(await in_slices(stats.encoded_steps(steps, stats.stats_text_steps, time.time())))
 
-    def metrics(self, request: Request, shown_topics=None) -> Response:
+    async def metrics(self, request: Request, shown_topics=None) -> Response:
         """Prometheus text exposition (beyond NSQ): plain, without the V1 header."""
-        return Response(200, metrics.exposition(self.nsqd, shown_topics).encode(), [metrics.CONTENT_TYPE])
+        body = await in_slices(metrics.exposition_steps(self.nsqd, shown_topics))
+        return Response(200, body, [metrics.CONTENT_TYPE])
 
     # -- topic and channel administration --------------------------------------------
 
@@ -263,24 +267,24 @@ class HTTPAPI:
         self.nsqd.deferred_store.emptied(topic)
         return v1_ok()
 
-    def topic_pause(self, request: Request) -> Response:
+    async def topic_pause(self, request: Request) -> Response:
         topic = self._existing_topic(self._topic_arg(parse_query(request.query), validate=False))
-        return self._set_paused(topic, request)
+        return await self._set_paused(topic, request)
 
-    def topic_ttl(self, request: Request) -> Response:
+    async def topic_ttl(self, request: Request) -> Response:
         """Beyond NSQ: ``ttl=<Go duration>`` (``0``: none) or ``ttl=default`` (--msg-ttl's)."""
         query = parse_query(request.query)
         topic = self._existing_topic(self._topic_arg(query, validate=True))
         self.nsqd.message_ttl.set(topic, _setting(query, "ttl", parse_ttl))
-        self.nsqd.save_metadata()
+        await self.nsqd.write_metadata()
         return v1_ok()
 
-    def topic_max_queue_bytes(self, request: Request) -> Response:
+    async def topic_max_queue_bytes(self, request: Request) -> Response:
         """Beyond NSQ: ``max_queue_bytes=<bytes>`` (``0``: none) or ``default`` (--max-queue-bytes')."""
         query = parse_query(request.query)
         topic = self._existing_topic(self._topic_arg(query, validate=True))
         self.nsqd.queue_bounds.set(topic, _setting(query, "max_queue_bytes", parse_bound))
-        self.nsqd.save_metadata()
+        await self.nsqd.write_metadata()
         return v1_ok()
 
     def channel_create(self, request: Request) -> Response:
@@ -303,17 +307,17 @@ class HTTPAPI:
         self.nsqd.deferred_store.emptied(channel)
         return v1_ok()
 
-    def channel_pause(self, request: Request) -> Response:
+    async def channel_pause(self, request: Request) -> Response:
         topic, channel_name = self._topic_and_channel(request)
-        return self._set_paused(self._existing_channel(topic, channel_name), request)
+        return await self._set_paused(self._existing_channel(topic, channel_name), request)
 
-    def channel_max_attempts(self, request: Request) -> Response:
+    async def channel_max_attempts(self, request: Request) -> Response:
         """Beyond NSQ: ``max_attempts=<0..65535>`` (``0``: none) or ``default`` (--max-attempts')."""
         topic, channel_name = self._topic_and_channel(request)
         channel = self._existing_channel(topic, channel_name)
         limit = _setting(parse_query(request.query), "max_attempts", parse_max_attempts)
         self.nsqd.dead_letters.set(channel, limit)
-        self.nsqd.save_metadata()
+        await self.nsqd.write_metadata()
         return v1_ok()
 
     async def channel_peek(self, request: Request) -> Response:
@@ -325,21 +329,21 @@ class HTTPAPI:
         max_body = _setting(query, "max_body", peek.parse_max_body) if "max_body" in query else peek.DEFAULT_MAX_BODY
         return Response(200, await peek.peek(channel, count, max_body), [V1_HEADER, JSON_TYPE])
 
-    def channel_pace(self, request: Request) -> Response:
+    async def channel_pace(self, request: Request) -> Response:
         """Beyond NSQ: ``rate=<messages a second>`` (``0``: unpaced) or ``default`` (--channel-pace's)."""
         topic, channel_name = self._topic_and_channel(request)
         channel = self._existing_channel(topic, channel_name)
         self.nsqd.pacing.set(channel, _setting(parse_query(request.query), "rate", parse_pace))
-        self.nsqd.save_metadata()
+        await self.nsqd.write_metadata()
         return v1_ok()
 
-    def _set_paused(self, target, request: Request) -> Response:
+    async def _set_paused(self, target, request: Request) -> Response:
         """Pause or unpause a topic or channel (by the route's name) and save nsqd.dat."""
         if "unpause" in request.path:
             target.unpause()
         else:
             target.pause()
-        self.nsqd.save_metadata()  # before answering, as nsqd does, so a crash keeps the state
+        await self.nsqd.write_metadata()  # before answering, as nsqd does, so a crash keeps the state
         return v1_ok()
 
     # -- /config/:opt --------------------------------------------------------------------

@@ -136,17 +136,22 @@ class MessageQueue:
         return messages
 
     def empty(self) -> None:
-        self.messages.clear()
+        self._drop_memory()
         if self.held_bytes is not None:
             self.held_bytes = 0
         if self.backend is not None:
             self.backend.empty()
 
     def delete(self) -> None:
-        self.messages.clear()
+        self._drop_memory()
         if self.backend is not None:
             self.backend.delete()
             self.nsqd.forget_diskqueue(self.backend)
+
+    def _drop_memory(self) -> None:
+        """The queue is empty at once; the messages are freed in slices (nsqd/slices.py)."""
+        dropped, self.messages = self.messages, deque()
+        self.nsqd.release(dropped)
 
     def close(self, extra: list[bytes] = ()) -> None:
         """Graceful stop: memory (and ``extra``: in-flight, deferred) to disk, then sync."""

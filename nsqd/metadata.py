@@ -23,6 +23,7 @@ from common import VERSION
 from common.names import is_valid_name
 
 from .diskqueue import write_atomically
+from .slices import Steps, at_once
 
 log = logging.getLogger("nsqd")
 
@@ -47,16 +48,20 @@ class TopicMeta(NamedTuple):
 
 
 def encode(topics: list[TopicMeta]) -> bytes:
-    document = {
-        "topics": [
-            {"name": topic.name, "paused": topic.paused,
-             "channels": [{"name": ch.name, "paused": ch.paused, **ch.extras} for ch in topic.channels] or None,
-             **topic.extras}
-            for topic in topics
-        ] or None,
-        "version": VERSION,
-    }
-    return json.dumps(document, separators=(",", ":")).encode()
+    return at_once(encode_steps(topics))
+
+
+def encode_steps(topics: list[TopicMeta]) -> Steps[bytes]:
+    """``encode`` a topic at a time (nsqd/slices.py): the bytes json.dumps gives the whole document."""
+    encoded = []
+    for topic in topics:
+        entry = {"name": topic.name, "paused": topic.paused,
+                 "channels": [{"name": ch.name, "paused": ch.paused, **ch.extras} for ch in topic.channels] or None,
+                 **topic.extras}
+        encoded.append(json.dumps(entry, separators=(",", ":")))
+        yield
+    listed = f"[{','.join(encoded)}]" if encoded else "null"
+    return f'{{"topics":{listed},"version":{json.dumps(VERSION)}}}'.encode()
 
 
 def _extras(entry: dict, keys: tuple[str, ...], owner: str) -> dict:
@@ -143,8 +148,8 @@ def load(data_path: str) -> list[TopicMeta]:
         raise ValueError(f"failed to load metadata - failed to parse metadata in {path} - {exc}") from exc
 
 
-def save(data_path: str, topics: list[TopicMeta]) -> None:
-    write_atomically(os.path.join(data_path, METADATA_FILE), encode(topics))
+def save(data_path: str, data: bytes) -> None:
+    write_atomically(os.path.join(data_path, METADATA_FILE), data)
 
 
 class MetadataWriter:
@@ -165,9 +170,10 @@ class MetadataWriter:
         self._taken += 1
         return self._taken
 
-    def write(self, number: int, topics: list[TopicMeta]) -> None:
+    def write(self, number: int, data: bytes) -> None:
+        """``data``: the snapshot numbered ``number``, encoded."""
         with self._lock:
             if number < self._written:
                 return
-            save(self.data_path, topics)
+            save(self.data_path, data)
             self._written = number

@@ -9,9 +9,12 @@ to grow forever. Topic and channel names need no escaping: NSQ allows only
 ``[.a-zA-Z0-9_-]`` and ``#ephemeral`` in them.
 """
 
+import functools
+
 from common import VERSION
 
 from . import stats
+from .slices import Steps, released_steps
 
 CONTENT_TYPE = ("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 
@@ -64,59 +67,93 @@ PROCESSING_COUNTS = (
     ("nsq_channel_processing_time_requeues", "requeue_count", "REQs in the latency window."),
     ("nsq_channel_processing_time_timeouts", "timeout_count", "Timeouts in the latency window."),
 )
+ROWS_A_STEP = 200
 LATENCY_HELP = "End-to-end processing latency (publish to FIN) at a quantile, over the latency window."
 
 
-def exposition(nsqd, shown_topics=None) -> str:
-    """The whole /metrics page (of the topics ``shown_topics`` allows, if given)."""
-    document = stats.stats_document(nsqd, "", "", include_clients=False, include_mem=True, shown_topics=shown_topics)
+def exposition_steps(nsqd, shown_topics=None) -> Steps[bytes]:
+    """The whole /metrics page (of the topics ``shown_topics`` allows, if given), encoded, in steps of
+    a topic or ROWS_A_STEP rows (nsqd/slices.py)."""
+    document = yield from stats.stats_document_steps(nsqd, "", "", include_clients=False, include_mem=True,
+                                                     shown_topics=shown_topics)
     topics = document["topics"]
     channels = [(topic, channel) for topic in topics for channel in topic["channels"]]
-    out: list[str] = []
-    _family(out, "nsq_info", "gauge", "nsqd's version; always 1.", [(f'version="{VERSION}"', 1)])
-    _family(out, "nsq_healthy", "gauge", "1 if nsqd is healthy (GET /ping answers OK).",
-            [("", int(nsqd.is_healthy()))])
-    _family(out, "nsq_clients", "gauge", "TCP client connections.", [("", len(nsqd.connections))])
+    out = _Lines()
+    family = functools.partial(_family, out)
+    yield from family("nsq_info", "gauge", "nsqd's version; always 1.", [(f'version="{VERSION}"', 1)])
+    yield from family("nsq_healthy", "gauge", "1 if nsqd is healthy (GET /ping answers OK).",
+                      [("", int(nsqd.is_healthy()))])
+    yield from family("nsq_clients", "gauge", "TCP client connections.", [("", len(nsqd.connections))])
     for name, kind, key, text in TOPIC_METRICS:
-        _family(out, name, kind, text, [(_topic_labels(topic), int(topic[key])) for topic in topics])
-    _family(out, "nsq_topic_e2e_processing_latency_seconds", "gauge", LATENCY_HELP + " Merged over the channels.",
-            [sample for topic in topics for sample in _latency(_topic_labels(topic), topic)])
+        yield from family(name, kind, text, topics, lambda topic: [(_topic_labels(topic), int(topic[key]))])
+    yield from family("nsq_topic_e2e_processing_latency_seconds", "gauge", LATENCY_HELP + " Merged over the channels.",
+                      topics, lambda topic: _latency(_topic_labels(topic), topic))
     for name, kind, key, text in CHANNEL_METRICS:
-        _family(out, name, kind, text,
-                [(_channel_labels(topic, channel), int(channel[key])) for topic, channel in channels])
-    _family(out, "nsq_channel_e2e_processing_latency_seconds", "gauge", LATENCY_HELP,
-            [sample for topic, channel in channels for sample in _latency(_channel_labels(topic, channel), channel)])
+        yield from family(name, kind, text, channels,
+                          lambda pair: [(_channel_labels(*pair), int(pair[1][key]))])
+    yield from family("nsq_channel_e2e_processing_latency_seconds", "gauge", LATENCY_HELP,
+                      channels, lambda pair: _latency(_channel_labels(*pair), pair[1]))
     for name, kind, key, scale, text in BEYOND_TOPIC_METRICS:
-        samples = [(_topic_labels(topic), _number(topic[key] * scale)) for topic in topics if key in topic]
-        if samples:
-            _family(out, name, kind, text, samples)
+        if any(key in topic for topic in topics):
+            yield from family(name, kind, text, topics,
+                              lambda topic: [(_topic_labels(topic), _number(topic[key] * scale))] if key in topic else [])
     timed = [(topic, channel) for topic, channel in channels if "processing_time" in channel]
     if timed:
-        _processing_time(out, timed)
+        yield from _processing_time(family, timed)
     for name, kind, key, scale, text in BEYOND_CHANNEL_METRICS:
-        samples = [(_channel_labels(topic, channel), _number(channel[key] * scale))
-                   for topic, channel in channels if key in channel]
-        if samples:
-            _family(out, name, kind, text, samples)
+        if any(key in channel for _, channel in channels):
+            yield from family(name, kind, text, channels,
+                              lambda pair: [(_channel_labels(*pair), _number(pair[1][key] * scale))]
+                              if key in pair[1] else [])
     if "draining" in document:  # beyond NSQ (nsqd/drain.py)
-        _family(out, "nsq_draining", "gauge", "1 while nsqd drains (it exits once nothing is left).", [("", 1)])
-        _family(out, "nsq_drain_messages_left", "gauge",
-                "Messages the draining nsqd still holds: queued, in flight and deferred.",
-                [("", document["drain_messages_left"])])
+        yield from family("nsq_draining", "gauge", "1 while nsqd drains (it exits once nothing is left).", [("", 1)])
+        yield from family("nsq_drain_messages_left", "gauge",
+                          "Messages the draining nsqd still holds: queued, in flight and deferred.",
+                          [("", document["drain_messages_left"])])
     memory = document["memory"]
-    _family(out, "process_resident_memory_bytes", "gauge", "Resident memory of the nsqd process.",
-            [("", memory["heap_in_use_bytes"])])
-    _family(out, "process_start_time_seconds", "gauge", "When nsqd started, in seconds since the epoch.",
-            [("", nsqd.start_time)])
-    _family(out, "nsq_heap_objects", "gauge", "Memory blocks the Python allocator has handed out.",
-            [("", memory["heap_objects"])])
-    _family(out, "nsq_gc_runs_total", "counter", "Python garbage collector runs.", [("", memory["gc_total_runs"])])
-    return "".join(out)
+    yield from family("process_resident_memory_bytes", "gauge", "Resident memory of the nsqd process.",
+                      [("", memory["heap_in_use_bytes"])])
+    yield from family("process_start_time_seconds", "gauge", "When nsqd started, in seconds since the epoch.",
+                      [("", nsqd.start_time)])
+    yield from family("nsq_heap_objects", "gauge", "Memory blocks the Python allocator has handed out.",
+                      [("", memory["heap_objects"])])
+    yield from family("nsq_gc_runs_total", "counter", "Python garbage collector runs.",
+                      [("", memory["gc_total_runs"])])
+    yield from released_steps(channels)  # freed at once, they held the loop for milliseconds
+    yield from released_steps(topics)
+    return out.encoded()
 
 
-def _family(out: list[str], name: str, kind: str, text: str, samples: list[tuple[str, float]]) -> None:
+class _Lines:
+    """The page's lines, encoded a step's worth at a time (joining and encoding 12 MB at the end
+    held the loop 25 ms with 10,000 topics x 2 channels)."""
+
+    def __init__(self):
+        self.pending: list[str] = []
+        self.chunks: list[bytes] = []
+
+    def append(self, line: str) -> None:
+        self.pending.append(line)
+
+    def flush(self) -> None:
+        self.chunks.append("".join(self.pending).encode())
+        self.pending.clear()
+
+    def encoded(self) -> bytes:
+        self.flush()
+        return b"".join(self.chunks)
+
+
+def _family(out: _Lines, name: str, kind: str, text: str, rows, samples_of=None) -> Steps[None]:
+    """A family's lines into ``out``: ``samples_of(row)`` (labels, value) for each row (or the rows
+    are the samples), a step every ROWS_A_STEP rows."""
     out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
-    out += [f"{name}{{{labels}}} {value}\n" if labels else f"{name} {value}\n" for labels, value in samples]
+    for count, row in enumerate(rows, 1):
+        for labels, value in samples_of(row) if samples_of else (row,):
+            out.append(f"{name}{{{labels}}} {value}\n" if labels else f"{name} {value}\n")
+        if count % ROWS_A_STEP == 0:
+            out.flush()
+            yield
 
 
 def _number(value: float) -> float | int:
@@ -136,11 +173,10 @@ def _latency(labels: str, stats_entry: dict, key: str = "e2e_processing_latency"
             for item in stats_entry[key]["percentiles"] or []]
 
 
-def _processing_time(out: list[str], channels: list[tuple[dict, dict]]) -> None:
-    _family(out, "nsq_channel_processing_time_seconds", "gauge",
-            "Time from a delivery to its FIN at a quantile, over the latency window.",
-            [sample for topic, channel in channels
-             for sample in _latency(_channel_labels(topic, channel), channel, "processing_time")])
+def _processing_time(family, channels: list[tuple[dict, dict]]) -> Steps[None]:
+    yield from family("nsq_channel_processing_time_seconds", "gauge",
+                      "Time from a delivery to its FIN at a quantile, over the latency window.",
+                      channels, lambda pair: _latency(_channel_labels(*pair), pair[1], "processing_time"))
     for name, key, text in PROCESSING_COUNTS:
-        _family(out, name, "gauge", text,
-                [(_channel_labels(topic, channel), channel["processing_time"][key]) for topic, channel in channels])
+        yield from family(name, "gauge", text, channels,
+                          lambda pair: [(_channel_labels(*pair), pair[1]["processing_time"][key])])

@@ -17,10 +17,11 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from common import VERSION
+from common import VERSION, gojson
 from common.goflags import format_duration
 
 from .quantile import merged_result
+from .slices import Steps, at_once, released_steps
 
 try:
     import resource
@@ -192,6 +193,13 @@ def stats_document(nsqd, topic_filter: str, channel_filter: str, include_clients
     producer, its pub_counts narrowed to the filtered topic (nsqd's GetStats).
     ``shown_topics(name)``, if given, hides the other topics as if they did not exist
     (--http-auth-required: the caller's grants)."""
+    return at_once(stats_document_steps(nsqd, topic_filter, channel_filter, include_clients, include_mem,
+                                        shown_topics))
+
+
+def stats_document_steps(nsqd, topic_filter: str, channel_filter: str, include_clients: bool,
+                         include_mem: bool, shown_topics=None) -> Steps[dict]:
+    """``stats_document`` a topic at a time (nsqd/slices.py); a topic deleted meanwhile is left out."""
     topics = producers = None
     hidden = shown_topics is not None and topic_filter and not shown_topics(topic_filter)
     if not hidden and (not topic_filter or topic_filter in nsqd.topics):
@@ -199,11 +207,17 @@ def stats_document(nsqd, topic_filter: str, channel_filter: str, include_clients
         if shown_topics is not None:
             names = [name for name in names if shown_topics(name)]
         now_ns = time.time_ns()
-        topics = [stats for stats in (topic_stats(nsqd.topics[name], channel_filter, include_clients, topic_filter,
-                                                  now_ns, shown_topics) for name in names) if stats is not None]
+        topics = []
+        for name in names:
+            topic = nsqd.topics.get(name)
+            stats = None if topic is None else topic_stats(topic, channel_filter, include_clients, topic_filter,
+                                                           now_ns, shown_topics)
+            if stats is not None:
+                topics.append(stats)
+            yield
         if include_clients:
             producers = [stats for stats in (client_stats(conn.client, topic_filter, shown_topics)
-                                             for conn in nsqd.connections if conn.client.pub_counts)
+                                             for conn in list(nsqd.connections) if conn.client.pub_counts)
                          if shown_topics is None or "pub_counts" in stats]
     document = {"version": VERSION, "health": nsqd.health, "start_time": nsqd.start_time, "topics": topics}
     if include_mem:
@@ -212,6 +226,33 @@ def stats_document(nsqd, topic_filter: str, channel_filter: str, include_clients
     if nsqd.draining:  # beyond NSQ (nsqd/drain.py)
         document |= nsqd.drain.stats()
     return document
+
+
+def encoded_steps(document_steps: Steps[dict], encode_steps, *args) -> Steps:
+    """The document of ``document_steps``, then ``encode_steps(document, *args)``: one work in slices, so
+    the document is never there while the collector runs (nsqd/slices.py)."""
+    document = yield from document_steps
+    encoded = yield from encode_steps(document, *args)
+    yield from released_steps(document["topics"] or [])  # freed at once, 10,000 topics held the loop 10 ms
+    return encoded
+
+
+def json_steps(document: dict) -> Steps[bytes]:
+    """gojson.dumps(document), the same bytes, a topic at a time; joined once (each copy of a
+    6 MB answer costs milliseconds)."""
+    parts = [b"{"]
+    for key, value in document.items():
+        parts.append(b"," if len(parts) > 1 else b"")
+        if key != "topics" or value is None:
+            parts.append(gojson.dumps(key) + b":" + gojson.dumps(value))
+            continue
+        parts.append(b'"topics":[')
+        for number, topic in enumerate(value):
+            parts += (b"," if number else b"", gojson.dumps(topic))
+            yield
+        parts.append(b"]")
+    parts.append(b"}")
+    return b"".join(parts)
 
 
 def _rfc3339(unix_seconds: int) -> str:
@@ -247,6 +288,11 @@ def _client_line(stats: dict, now: float) -> str:
 
 def stats_text(document: dict, now: float) -> str:
     """The plain-text /stats, with nsqd's exact layout."""
+    return at_once(stats_text_steps(document, now))
+
+
+def stats_text_steps(document: dict, now: float) -> Steps[str]:
+    """``stats_text`` a topic at a time (nsqd/slices.py)."""
     out = [f"nsqd v{VERSION} (built w/python{sys.version.split()[0]})\n",
            f"start_time {_rfc3339(document['start_time'])}\n",
            f"uptime {format_duration(now - document['start_time'])}\n",
@@ -271,6 +317,7 @@ def stats_text(document: dict, now: float) -> str:
                        f"timeout: {channel['timeout_count']:<5} msgs: {channel['message_count']:<8} "
                        f"e2e%: {_e2e_text(channel['e2e_processing_latency'])}\n")
             out += [f"        {_client_line(client, now)}\n" for client in channel["clients"] or []]
+        yield
     producers = document["producers"] or []
     if producers:
         out.append("\nProducers:\n")

@@ -214,22 +214,26 @@ class HTTPServer:
         """Run the handler and send its response; whether the connection stays open."""
         response = await self.handler(request)
         keep_alive = request.keep_alive and not request.unread
-        await _send(stream, _encode(response, keep_alive, request.method == "HEAD"))
+        await _send(stream, _head(response, keep_alive), b"" if request.method == "HEAD" else response.body)
         return keep_alive
 
 
-async def _send(stream, data: bytes) -> None:
+async def _send(stream, head: bytes, body: bytes) -> None:
     """An answer, written straight to a plain socket as far as it takes it at once (trio's
-    send_all costs as much as the write); the rest, and anything over TLS, by the stream."""
-    if isinstance(stream, trio.SocketStream):
+    send_all costs as much as the write); the rest, and anything over TLS, by the stream. Head
+    and body are not joined where writev exists: copying a 6 MB /stats (twice) held the loop."""
+    if isinstance(stream, trio.SocketStream) and hasattr(os, "writev"):
         try:
-            sent = os.write(stream.socket.fileno(), data)
+            sent = os.writev(stream.socket.fileno(), [head, body])
         except BlockingIOError:
             sent = 0
-        if sent == len(data):
-            return
-        data = data[sent:]
-    await stream.send_all(data)
+        if sent < len(head):
+            await stream.send_all(memoryview(head)[sent:])
+            sent = len(head)
+        if sent < len(head) + len(body):
+            await stream.send_all(memoryview(body)[sent - len(head):])
+        return
+    await stream.send_all(head + body)
 
 
 def _take(requests: list[Request]) -> list[Request]:
@@ -249,20 +253,21 @@ def _date() -> bytes:
     return _date_cache[1]
 
 
-def _encode(response: Response, keep_alive: bool, head: bool) -> bytes:
+def _head(response: Response, keep_alive: bool) -> bytes:
+    """The status line and headers, up to the body."""
     lines = [b"HTTP/1.1 %d %s" % (response.status, _reason(response.status))]
     lines += [f"{name}: {value}".encode("latin-1") for name, value in response.headers]
     lines.append(b"Date: " + _date())
     lines.append(b"Content-Length: %d" % len(response.body))
     if not keep_alive:
         lines.append(b"Connection: close")
-    head_bytes = b"\r\n".join(lines) + b"\r\n\r\n"
-    return head_bytes if head else head_bytes + response.body
+    return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
 def _refusal(status: int, text: str) -> bytes:
     """Go's net/http answer to a request it will not read: plain text, then the connection closes."""
-    return _encode(Response(status, text.encode(), [("Content-Type", "text/plain; charset=utf-8")]), False, False)
+    response = Response(status, text.encode(), [("Content-Type", "text/plain; charset=utf-8")])
+    return _head(response, False) + response.body
 
 
 def _bad_request(reason: str) -> bytes:
