@@ -35,8 +35,11 @@ class FileRemover:
 
     async def run(self) -> None:
         """Remove what a crash left, then whatever ``remove`` renames, for as long as nsqd runs."""
-        with os.scandir(self.data_path) as entries:
-            self._pending += [entry.path for entry in entries if entry.name.endswith(SUFFIX)]
+        try:
+            with os.scandir(self.data_path) as entries:
+                self._pending += [entry.path for entry in entries if entry.name.endswith(SUFFIX)]
+        except OSError as exc:  # the directory gone or unreadable: disk errors are the queues' to report
+            log.error("failed to look for files left to remove in %s - %s", self.data_path, exc)
         while True:
             if not self._pending:
                 await self._wanted.wait()

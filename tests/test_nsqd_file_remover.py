@@ -44,3 +44,13 @@ async def test_what_a_crash_left_renamed_is_removed_at_the_start_and_nothing_els
 def test_removing_a_file_that_is_not_there_says_so(tmp_path):
     with pytest.raises(FileNotFoundError):
         FileRemover(str(tmp_path)).remove(str(tmp_path / "absent.dat"))
+
+
+async def test_a_data_directory_gone_before_the_start_is_logged_not_fatal(tmp_path, caplog):
+    remover = FileRemover(str(tmp_path / "gone"))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(remover.run)
+        with trio.fail_after(30):  # a failure bound only
+            while "failed to look for files left to remove" not in caplog.text:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
