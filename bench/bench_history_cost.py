@@ -6,7 +6,7 @@ measured from outside over a quiet cluster.
 
 Starts bench/fake_stats_cluster.py --live (N nsqd answering /stats with counters that move on
 at every poll, topics x channels each, behind one nsqlookupd) and a real nsqadmin with default
-settings (--stats-interval 10s, --rollup-interval 1m, --spark-master local[*]) recording it into
+settings (--stats-interval 10s, --rollup-interval 5m, --spark-master local[*]) recording it into
 a fresh --stats-dir. Once the worker has rolled up a first minute with snapshots in it, this
 samples every process of nsqadmin's tree (nsqadmin, the worker, the worker's JVM) from /proc once
 a second for --minutes: CPU seconds (utime + stime, of processes alive at any sample; a process

@@ -60,7 +60,7 @@ FLAGS = [
          "how often to record a snapshot of every nsqd's /stats into --stats-dir (0 turns recording off)"),
     Flag("stats-retention", "duration", 168 * 3600.0,
          "how long the rollup job keeps raw snapshots and rollup windows in --stats-dir before deleting them"),
-    Flag("rollup-interval", "duration", 60.0,
+    Flag("rollup-interval", "duration", 300.0,
          "how often nsqadmin's rollup worker (one process it starts and restarts, keeping Spark warm between "
          "runs) rolls up the new snapshots (0 = no worker, no scheduled rollups)"),
     Flag("spark-master", "str", "local[*]",

@@ -25,7 +25,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 def test_defaults():
     opts = load_options([NSQD])
     assert (opts.stats_dir, opts.stats_interval, opts.stats_retention, opts.rollup_interval, opts.spark_master) == \
-        ("./nsqadmin-data/stats", 10.0, 168 * 3600.0, 60.0, "local[*]")
+        ("./nsqadmin-data/stats", 10.0, 168 * 3600.0, 300.0, "local[*]")
 
 
 @pytest.mark.parametrize("master", ["local", "local[1]", "local[16]", "local[*]", "spark://127.0.0.1:7077",
