@@ -1,7 +1,7 @@
 """A class-data-sharing archive of the rollup JVM's classes, so that a run starts in ~5 s, not ~8.
 
 Theory of operation. A scheduled rollup is mostly JVM start-up: loading and verifying Spark's
-classes, the same ones every minute. The JDK's dynamic class-data sharing keeps them in an
+classes, the same ones every run. The JDK's dynamic class-data sharing keeps them in an
 archive that later JVMs map instead (-XX:SharedArchiveFile); a JVM started with
 -XX:ArchiveClassesAtExit writes one as it exits. A JVM that maps a truncated archive crashes,
 so the run that writes the archive has its JVM write it under a temporary name, waits for that

@@ -43,7 +43,8 @@ from .spark_session import SessionOnDemand
 
 PROGRAM = "nsqadmin-rollup"
 # The worker's 1h and 1d windows wait behind its 1m windows for this many runs (at most COARSER_EVERY):
-# a minute's interval gives the 10 minutes, a short one keeps the day chart that close behind.
+# a minute's interval gives the 10 minutes (the default 5 minutes: every other run), a short one keeps the
+# day chart that close behind.
 COARSER_RUNS = 10
 # Masters whose executors share this machine's files: the job names raw files by local path.
 MASTER = re.compile(r"local(\[(\*|[1-9][0-9]*)(,[1-9][0-9]*)?\])?|spark://[^/\s]+:[0-9]+")
