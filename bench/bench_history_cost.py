@@ -145,7 +145,7 @@ def main() -> None:
     try:
         print(f"cluster: {args.nodes} nsqd x {args.topics * args.channels} channels over {args.topics} topics; "
               f"nsqadmin {' '.join(args.extra) or 'with default settings'}", flush=True)
-        wait_for(lambda: FIRST_RUN.search(log.text()), 300, "a first rollup run with snapshots")
+        wait_for(lambda: FIRST_RUN.search(log.text()), 900, "a first rollup run with snapshots")  # the second run, at 5 minutes
         runs_before = len(RUN.findall(log.text()))
         load_before = os.getloadavg()
         print(f"warm: measuring for {args.minutes:g} minutes (load average {load_before[0]:.1f})", flush=True)
