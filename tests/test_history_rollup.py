@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from nsqadmin.history import layout
-from nsqadmin.history.rollup_job import run_rollup
+from nsqadmin.history.rollup_job import COARSER_EVERY, run_rollup
+from nsqadmin.history.rollup_main import coarser_wait
 from nsqadmin.history.rollup_state import load_state, raw_files
 
 from .history_raw import T0, copy_raw, missing, rollups, snapshot, utc, window, write_raw
@@ -107,6 +108,20 @@ def test_incremental_runs_and_a_late_file_give_what_one_full_run_gives(spark, tm
         assert normalised(rollups(incremental, level)) == normalised(rollups(full, level)), level
     for stats_dir in (incremental, full):
         assert load_state(stats_dir).seen == set(raw_files(stats_dir))
+
+
+@pytest.mark.parametrize("interval, runs", [(300.0, 2), (60.0, 10), (1.0, 10), (3600.0, 1)])
+def test_the_workers_hours_and_days_are_due_at_their_run_whatever_its_clock_jitter(interval, runs):
+    """The worker's runs read the time as they start, a few milliseconds either side of their
+    tick: the 1h and 1d windows are due at the run COARSER_RUNS intervals (at most 10 minutes)
+    after the one that made them stale, not one interval later (with the default 5 minutes, the
+    worker measured from outside waited 15)."""
+    wait = coarser_wait(interval)
+    due_after = timedelta(seconds=interval * runs)
+    for jitter in (-0.05, 0.0, 0.05):
+        assert wait <= due_after + timedelta(seconds=jitter)  # due at that run...
+        assert runs == 1 or wait > due_after - timedelta(seconds=interval) + timedelta(seconds=jitter)  # ...not before
+    assert due_after <= max(COARSER_EVERY, timedelta(seconds=interval))
 
 
 def test_the_workers_hours_and_days_follow_their_minutes_within_ten_minutes_or_when_the_hour_closes(spark, tmp_path):

@@ -116,6 +116,13 @@ def _run_once(opts: SimpleNamespace, session: SessionOnDemand, log: logging.Logg
     return True
 
 
+def coarser_wait(interval: float) -> timedelta:
+    """How long the worker's 1h and 1d windows wait: COARSER_RUNS intervals, at most
+    COARSER_EVERY, less half an interval, so that the run falling due is not put off by one more
+    interval when its clock reads a few milliseconds short (each run reads the time as it starts)."""
+    return min(COARSER_EVERY, timedelta(seconds=COARSER_RUNS * interval)) - timedelta(seconds=interval / 2)
+
+
 def _run(opts: SimpleNamespace, log: logging.Logger) -> int:
     session = SessionOnDemand(opts.spark_master)
     try:
@@ -152,7 +159,7 @@ def _work(opts: SimpleNamespace, log: logging.Logger) -> int:
         threading.Thread(target=_stop_at_end_of_stdin, daemon=True, name="stdin").start()
     session = SessionOnDemand(opts.spark_master)
     log.info("worker: a rollup every %s", format_duration(opts.rollup_interval))
-    coarser_every = min(COARSER_EVERY, timedelta(seconds=COARSER_RUNS * opts.rollup_interval))
+    coarser_every = coarser_wait(opts.rollup_interval)
     try:
         tick = time.monotonic()
         while True:
