@@ -7,13 +7,17 @@ Each round sets the scene on a fresh Go nsqd and then on a fresh one of ours (Go
 ...), same flags (NSQ's defaults but for the ports and data directory), each in a fresh data
 directory. In turn, with nsqd's RSS read after each step:
 
-1. --topics idle topics with --channels channels each, created over HTTP (one keep-alive connection);
-2. --messages messages of --size bytes, MPUB over TCP into --busy-topics more topics, each into its
+0. (baseline: a daemon of its own in an empty data directory, started and killed;)
+1. --topics idle topics with --channels channels each, and --busy-topics topics with one channel
+   each, from nsqd.dat: written into the data directory before the daemon starts, as a restart
+   finds them (creating them over HTTP took Go's nsqd over 20 minutes for 8,400 topics: it rewrites
+   and fsyncs nsqd.dat for every topic and channel it creates);
+2. --messages messages of --size bytes, MPUB over TCP into the busy topics, each into its
    one channel, which nobody consumes: --messages / --busy-topics a channel, which must fit in
    --mem-queue-size (10,000, NSQ's default), so every message stays in memory. Not all in one
    channel with a --mem-queue-size above --messages: Go's nsqd makes every topic's and channel's
    memory queue a Go channel of --mem-queue-size pointers, which its collector scans, so at
-   1,000,001 its RSS passed 9 GB while the idle topics were being created;
+   1,000,001 its RSS passed 9 GB with the idle topics;
 3. --consumers idle consumers, connected (in 2 processes), IDENTIFYed with the default 30 s
    heartbeat, subscribed to the idle topics' first channels in turn, RDY 1, answering heartbeats:
    ready for a message that never comes.
@@ -28,9 +32,9 @@ to disk). --quick: a small scene and a 2 s window, for the smoke test.
 """
 
 import argparse
-import http.client
 import multiprocessing
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,9 +50,18 @@ from bench.nsqd_process import OURS, cpu_seconds, free_port, rss_kib, start_nsqd
 from bench.side_by_side import load_average  # noqa: E402
 from common.commands import Mpub  # noqa: E402
 from common.goflags import parse_duration  # noqa: E402
+from nsqd import metadata  # noqa: E402
 from tests.go_nsq import go_program, missing_reason  # noqa: E402
 
-DAEMONS = (("Go", (go_program("nsqd"),)), ("ours", OURS))
+
+
+class Daemon(NamedTuple):
+    name: str
+    command: tuple[str, ...]
+    root: Path = ROOT  # the checkout whose nsqd runs, when it is ours
+
+
+DAEMONS = (Daemon("Go", (go_program("nsqd"),)), Daemon("ours", OURS))
 BUSY_CHANNEL = "backlog"
 IDLE_CHANNEL = "ch"  # the first idle channel of each topic is "ch" (bench_many_consumers subscribes to it)
 HEARTBEAT_MS = 30_000  # the default heartbeat interval, said explicitly
@@ -56,6 +69,7 @@ CONSUMER_PROCESSES = 2
 MPUB_BATCH = 1000
 QUIET_SHARE, QUIET_SPAN, QUIET_LIMIT, QUIET_POLL = 0.05, 2.0, 90.0, 0.5
 SETTLE = 1.0  # after each step, before its RSS is read
+COLUMN_TITLES = {"Go": "Go nsqd v1.3.0", "ours": "this nsqd", "before": "this nsqd before"}
 QUICK = {"messages": 20_000, "busy_topics": 2, "topics": 200, "consumers": 100, "window": "2s", "rounds": 1}
 
 
@@ -100,25 +114,14 @@ def pss_kib(pid: int) -> int:
     raise RuntimeError("no Pss")
 
 
-def create_topics(http_address: str, topics: list[tuple[str, list[str]]]) -> None:
-    """Each topic, then its channels, over one keep-alive HTTP connection."""
-    host, _, port = http_address.rpartition(":")
-    conn = http.client.HTTPConnection(host, int(port))
-    try:
-        for topic, channels in topics:
-            post(conn, f"/topic/create?topic={topic}")
-            for channel in channels:
-                post(conn, f"/channel/create?topic={topic}&channel={channel}")
-    finally:
-        conn.close()
+def write_topics(data_path: str, scene: Scene) -> None:
+    """nsqd.dat with the idle topics and the busy ones, and their channels, none paused."""
+    def topic(name: str, channels: list[str]) -> metadata.TopicMeta:
+        return metadata.TopicMeta(name, False, [metadata.ChannelMeta(channel, False) for channel in channels])
 
-
-def post(conn: http.client.HTTPConnection, path: str) -> None:
-    conn.request("POST", path)
-    response = conn.getresponse()
-    response.read()
-    if response.status != 200:
-        raise RuntimeError(f"POST {path}: HTTP {response.status}")
+    topics = [topic(idle_topic(t), [idle_channel(c) for c in range(scene.channels)]) for t in range(scene.topics)]
+    topics += [topic(busy_topic(b), [BUSY_CHANNEL]) for b in range(scene.busy_topics)]
+    Path(data_path, metadata.METADATA_FILE).write_bytes(metadata.encode(topics))
 
 
 def publish(tcp_address: str, scene: Scene) -> None:
@@ -154,20 +157,33 @@ def wait_for_quiet(pid: int) -> float:
     return time.monotonic() - started
 
 
-def one_round(command: tuple[str, ...], scene: Scene) -> Round:
-    http_address = f"127.0.0.1:{free_port()}"
+def started(daemon: Daemon, data_path: str, scene: Scene) -> tuple[subprocess.Popen, str]:
+    return start_nsqd(f"--data-path={data_path}", f"--http-address=127.0.0.1:{free_port()}",
+                      f"--mem-queue-size={scene.mem_queue_size}", command=daemon.command, root=daemon.root)
+
+
+def baseline_rss(daemon: Daemon, scene: Scene) -> int:
+    """The RSS of the daemon started in an empty data directory."""
     with tempfile.TemporaryDirectory(prefix="nsqd-scale-") as data_path:
-        proc, tcp_address = start_nsqd(f"--data-path={data_path}", f"--http-address={http_address}",
-                                       f"--mem-queue-size={scene.mem_queue_size}", command=command)
+        proc, _ = started(daemon, data_path, scene)
+        try:
+            return settled_rss(proc.pid)
+        finally:
+            proc.kill()
+            proc.wait(timeout=60)
+
+
+def one_round(daemon: Daemon, scene: Scene) -> Round:
+    baseline = baseline_rss(daemon, scene)
+    with tempfile.TemporaryDirectory(prefix="nsqd-scale-") as data_path:
+        write_topics(data_path, scene)
+        proc, tcp_address = started(daemon, data_path, scene)
         stop = multiprocessing.Event()
         results = multiprocessing.Queue()
         workers = []
         try:
-            baseline = settled_rss(proc.pid)
-            create_topics(http_address, [(idle_topic(t), [idle_channel(c) for c in range(scene.channels)])
-                                         for t in range(scene.topics)])
+            wait_for_quiet(proc.pid)
             topics_kib = settled_rss(proc.pid)
-            create_topics(http_address, [(busy_topic(b), [BUSY_CHANNEL]) for b in range(scene.busy_topics)])
             publish(tcp_address, scene)
             messages_kib = settled_rss(proc.pid)
             subscribed = [idle_topic(t) for t in range(min(scene.topics, scene.consumers))]
@@ -180,7 +196,7 @@ def one_round(command: tuple[str, ...], scene: Scene) -> Round:
             cpu1, t1 = cpu_seconds(proc.pid), time.monotonic()
             rss, pss = rss_kib(proc.pid), pss_kib(proc.pid)
             if proc.poll() is not None:
-                raise RuntimeError(f"{command[0]} exited with {proc.returncode}")
+                raise RuntimeError(f"{daemon.name}'s nsqd exited with {proc.returncode}")
         finally:
             stop.set()
             proc.kill()
@@ -204,7 +220,7 @@ def round_text(result: Round, scene: Scene) -> str:
 
 def step_costs(result: Round, scene: Scene) -> tuple[float, float, float]:
     """Bytes of RSS each step added, per topic or channel, per message, per consumer."""
-    objects = scene.topics * (1 + scene.channels)
+    objects = scene.topics * (1 + scene.channels) + scene.busy_topics * 2
     return ((result.topics_kib - result.baseline_kib) * 1024 / max(objects, 1),
             (result.messages_kib - result.topics_kib) * 1024 / max(scene.messages, 1),
             (result.consumers_kib - result.messages_kib) * 1024 / max(scene.consumers, 1))
@@ -224,17 +240,26 @@ def median_row(rounds: list[Round], scene: Scene) -> dict[str, float]:
 
 
 def report(command_line: str, scene: Scene, rounds: dict[str, list[Round]], loads: tuple[float, float]) -> str:
-    go, ours = (median_row(rounds[name], scene) for name, _ in DAEMONS)
+    """The medians of each daemon, ours / Go, and ours / before when --before gave one."""
+    rows = {name: median_row(results, scene) for name, results in rounds.items()}
+    versus = [name for name in ("Go", "before") if name in rows]
     lines = [f"`{command_line}` on {len(rounds['Go'])} round(s), load average {loads[0]:.2f} -> {loads[1]:.2f}: "
              f"{scene.messages:,} queued {scene.size}-byte messages in {scene.busy_topics} topics (`--mem-queue-size="
              f"{scene.mem_queue_size}`), {scene.topics:,} idle topics x "
              f"{scene.channels} channels, {scene.consumers:,} idle consumers (RDY 1), idle window "
              f"{scene.window:g}s; medians", "",
-             "| figure | Go nsqd v1.3.0 | this nsqd | ours / Go |", "|---|---|---|---|"]
-    for figure, go_value in go.items():
-        ratio = f"{ours[figure] / go_value:.2f}" if go_value > 0 else "-"
-        lines.append(f"| {figure} | {go_value:,.2f} | {ours[figure]:,.2f} | {ratio} |")
+             "| figure | " + " | ".join(COLUMN_TITLES[name] for name in rows) + " | "
+             + " | ".join(f"ours / {name}" for name in versus) + " |",
+             "|---" * (1 + len(rows) + len(versus)) + "|"]
+    for figure in rows["Go"]:
+        values = [f"{row[figure]:,.2f}" for row in rows.values()]
+        ratios = [ratio(rows["ours"][figure], rows[name][figure]) for name in versus]
+        lines.append(f"| {figure} | " + " | ".join(values + ratios) + " |")
     return "\n".join(lines)
+
+
+def ratio(ours: float, other: float) -> str:
+    return f"{ours / other:.2f}" if other > 0 else "-"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -249,6 +274,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--consumers", type=int, default=5_000)
     parser.add_argument("--window", default="30s", help="how long nsqd is watched idle")
     parser.add_argument("--quick", action="store_true", help="a small scene and a 2 s window (smoke test)")
+    parser.add_argument("--before", type=Path, help="also the nsqd of this checkout (e.g. main's, before a change)")
     args = parser.parse_args(argv)
     if args.quick:
         for name, value in QUICK.items():
@@ -267,11 +293,13 @@ def main(argv: list[str]) -> None:
     scene = Scene(args.messages, args.size, args.busy_topics, args.mem_queue_size, args.topics, args.channels,
                   args.consumers, parse_duration(args.window))
     before = load_average()
-    rounds: dict[str, list[Round]] = {name: [] for name, _ in DAEMONS}
+    daemons = DAEMONS + ((Daemon("before", OURS, args.before.resolve()),) if args.before else ())
+    rounds: dict[str, list[Round]] = {daemon.name: [] for daemon in daemons}
     for number in range(1, args.rounds + 1):
-        for name, command in DAEMONS:
-            rounds[name].append(one_round(command, scene))
-            print(f"round {number}, {name}: {round_text(rounds[name][-1], scene)}", file=sys.stderr, flush=True)
+        for daemon in daemons:
+            rounds[daemon.name].append(one_round(daemon, scene))
+            print(f"round {number}, {daemon.name}: {round_text(rounds[daemon.name][-1], scene)}", file=sys.stderr,
+                  flush=True)
     print(report(" ".join(["python bench/bench_scale.py", *argv]), scene, rounds, (before, load_average())))
 
 
