@@ -13,7 +13,8 @@ Theory of operation:
   is empty. A client that becomes ready again (RDY, FIN, REQ, timeout) drains it first.
 * In-flight messages live on the client that holds them (``Client.in_flight``), which
   also owns their timeouts. Deferred messages (REQ with a delay, DPUB) wait in a heap
-  ordered by deadline; ``run_deferred`` sleeps until the earliest one is due.
+  ordered by deadline; nsqd's one deferred timer (nsqd/deferred_timer.py) calls
+  ``release_due`` when the earliest one is due.
 * Beyond NSQ, a paced channel (nsqd/pacing.py) keeps nobody in ``_ready``: every message
   queues, and ``client_ready`` hands the client to the pacer, which delivers from the queue
   as its tokens allow (``deliver_queued``).
@@ -21,6 +22,7 @@ Theory of operation:
 
 import heapq
 import itertools
+import math
 import time
 from collections import deque
 
@@ -51,7 +53,6 @@ class Channel:
         self._in_ready: set = set()
         self._deferred: list[tuple[float, int, bytes]] = []  # (deadline, order, message)
         self._deferred_order = itertools.count()
-        self._deferred_changed = trio.Event()
         self.screen = None  # beyond NSQ: the checks before a delivery (nsqd/screen.py), set by nsqd
         self.journal = None  # beyond NSQ: --persist-deferred's write-through files (nsqd/deferred_store.py)
         self.pacer = None  # beyond NSQ: its token bucket while paced (nsqd/pacing.py); no client is then in _ready
@@ -227,7 +228,7 @@ class Channel:
         deadline = trio.current_time() + delay
         heapq.heappush(self._deferred, (deadline, next(self._deferred_order), message))
         if self._deferred[0][0] == deadline:
-            self._deferred_changed.set()
+            self.topic.nsqd.deferred_timer.wake_at(self, deadline)
         if self.journal is not None:
             self.journal.deferred(message, delay)
 
@@ -239,22 +240,15 @@ class Channel:
         """Forget the deferred messages (nsqd is stopping and wrote them elsewhere)."""
         self._deferred.clear()
 
-    async def run_deferred(self) -> None:
-        """Move deferred messages into the channel when they are due."""
-        while True:
-            self._deferred_changed = trio.Event()
-            deadline = self._deferred[0][0] if self._deferred else float("inf")
-            with trio.move_on_at(deadline):
-                await self._deferred_changed.wait()
-            self._release_due(trio.current_time())
-
-    def _release_due(self, now: float) -> None:
+    def release_due(self, now: float) -> float:
+        """Move the deferred messages due by ``now`` into the channel; when the next one is due."""
         heap = self._deferred
         while heap and heap[0][0] <= now:
             message = heapq.heappop(heap)[2]
             self.requeue(message)
             if self.journal is not None:
                 self.journal.released(message)
+        return heap[0][0] if heap else math.inf
 
     def pause(self) -> None:
         self.paused = True
@@ -273,7 +267,6 @@ class Channel:
         """Drop every queued, deferred and in-flight message (nsqd's Channel.Empty)."""
         self.queue.empty()
         self._deferred.clear()
-        self._deferred_changed.set()
         for client in list(self.clients.values()):
             client.take_in_flight()
             self.client_ready(client)

@@ -2,7 +2,8 @@
 
 Up to --mem-queue-size messages wait in memory (each one bytes object, nsqd/message.py);
 the rest go, as they are, to the go-diskqueue-compatible DiskQueue named after the topic
-(``topic``) or channel (``topic:channel``). An ephemeral topic or channel has no disk
+(``topic``) or channel (``topic:channel``). An empty memory queue is the empty tuple, not a
+deque: a deque is 760 bytes even empty, which idle topics and channels would hold for nothing. An ephemeral topic or channel has no disk
 queue: what does not fit in memory is dropped, as NSQ drops it.
 
 A disk write that fails raises OSError after updating nsqd's health, so the publisher
@@ -21,13 +22,15 @@ from .queue_bound import disk_bytes
 
 log = logging.getLogger("nsqd")
 
+NONE_IN_MEMORY = ()  # ``messages`` while none are in memory
+
 
 class MessageQueue:
     def __init__(self, name: str, nsqd, ephemeral: bool):
         self.name = name
         self.nsqd = nsqd
         self.capacity = nsqd.opts.mem_queue_size
-        self.messages: deque[bytes] = deque()
+        self.messages: deque[bytes] | tuple = NONE_IN_MEMORY
         self.backend = None if ephemeral else nsqd.open_diskqueue(name)
         self.held_bytes: int | None = None
 
@@ -64,16 +67,22 @@ class MessageQueue:
         """Queue new messages; raises OSError if the part for the disk could not be written."""
         room = self.capacity - len(self.messages)
         if room >= len(messages):
-            self.messages.extend(messages)
+            self._hold(messages)
             if self.held_bytes is not None:
                 self.held_bytes += sum(map(len, messages))
             return
         if room > 0:
-            self.messages.extend(messages[:room])
+            self._hold(messages[:room])
             if self.held_bytes is not None:
                 self.held_bytes += sum(map(len, messages[:room]))
             messages = messages[room:]
         self._to_disk(messages)
+
+    def _hold(self, messages) -> None:
+        if self.messages:
+            self.messages.extend(messages)
+        else:
+            self.messages = deque(messages)
 
     def requeue(self, message: bytes) -> bool:
         """Queue a message that was already accepted and delivered once: it is never dropped,
@@ -81,12 +90,12 @@ class MessageQueue:
         if self.held_bytes is not None:
             self.held_bytes += len(message)
         if len(self.messages) < self.capacity or self.backend is None:
-            self.messages.append(message)
+            self._hold((message,))
             return False
         try:
             self._to_disk([message])
         except OSError:
-            self.messages.append(message)
+            self._hold((message,))
             return False
         return True
 
@@ -107,8 +116,8 @@ class MessageQueue:
         """Up to ``count`` messages from the memory part (they leave it)."""
         messages = self.messages
         if count >= len(messages):
+            self.messages = NONE_IN_MEMORY
             taken = list(messages)
-            messages.clear()
         else:
             pop = messages.popleft
             taken = [pop() for _ in range(count)]
@@ -150,7 +159,7 @@ class MessageQueue:
 
     def _drop_memory(self) -> None:
         """The queue is empty at once; the messages are freed in slices (nsqd/slices.py)."""
-        dropped, self.messages = self.messages, deque()
+        dropped, self.messages = self.messages, NONE_IN_MEMORY
         self.nsqd.release(dropped)
 
     def close(self, extra: list[bytes] = ()) -> None:
@@ -158,7 +167,7 @@ class MessageQueue:
         if self.backend is None:
             return
         held = [*self.messages, *extra]
-        self.messages.clear()
+        self.messages = NONE_IN_MEMORY
         try:
             if held:
                 self.backend.put(held)

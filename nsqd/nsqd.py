@@ -27,6 +27,7 @@ from . import metadata, slices, statsd
 from .diskqueue import DiskQueue, SyncJob
 from .dead_letter import DeadLetters
 from .deferred_store import DeferredStore
+from .deferred_timer import DeferredTimer
 from .dirlock import DirLock
 from .drain import Drain
 from .file_remover import FileRemover
@@ -63,6 +64,7 @@ class NSQD:
         self.topics: dict[str, Topic] = {}
         self.output_batch = OutputBatch()
         self.heartbeats = Heartbeats(self.output_batch)
+        self.deferred_timer = DeferredTimer()
         self.tcp = TCPServer(self, opts.io_backend)
         self.start_time = int(time.time())
         self.hostname = socket.gethostname()
@@ -122,6 +124,7 @@ class NSQD:
                 nursery.start_soon(self._metadata_loop)
                 nursery.start_soon(self.file_remover.run)
                 nursery.start_soon(self.heartbeats.run)
+                nursery.start_soon(self.deferred_timer.run)
                 self.tcp.start(nursery)
                 nursery.start_soon(self.message_ttl.run)
                 if self.auth_servers is not None:
@@ -315,7 +318,6 @@ class NSQD:
         self.topics[name] = topic
         self.deferred_store.topic_created(topic)
         self.queue_bounds.apply(topic)
-        self._start_task(topic, topic.run_pump)
         log.info("TOPIC(%s): created", name)
         self.lookup.notify(Register(name))
         if prepare:
@@ -381,15 +383,14 @@ class NSQD:
         self.refresh_screen(channel)
         self.pacing.apply(channel)
         self.queue_bounds.channel_created(channel)
-        self._start_task(channel, channel.run_deferred)
         self.lookup.notify(Register(channel.topic.name, channel.name))
         log.info("TOPIC(%s): new channel(%s)", channel.topic.name, channel.name)
         if not channel.ephemeral and not channel.topic.ephemeral:
             self.persist_metadata()
 
     def channel_deleted(self, channel) -> None:
-        """Stop the channel's task and disconnect its consumers."""
-        self._stop_task(channel)
+        """Stop the channel's deferrals and disconnect its consumers."""
+        self.deferred_timer.forget(channel)
         self.message_ttl.forget_channel(channel)
         self.dead_letters.forget_channel(channel)
         self.pacing.forget_channel(channel)
@@ -416,14 +417,19 @@ class NSQD:
         """Run a task for as long as nsqd runs."""
         self._nursery.start_soon(task, *args)
 
-    def _start_task(self, owner, task) -> None:
+    def start_task(self, owner, task) -> None:
+        """Run ``owner``'s task until it returns or ``owner`` is deleted (its topic's pump)."""
         scope = trio.CancelScope()
         self._tasks[owner] = scope
-        self._nursery.start_soon(self._run_task, task, scope)
+        self._nursery.start_soon(self._run_task, owner, task, scope)
 
-    async def _run_task(self, task, scope: trio.CancelScope) -> None:
-        with scope:
-            await task()
+    async def _run_task(self, owner, task, scope: trio.CancelScope) -> None:
+        try:
+            with scope:
+                await task()
+        finally:
+            if self._tasks.get(owner) is scope:
+                del self._tasks[owner]
 
     def _stop_task(self, owner) -> None:
         scope = self._tasks.pop(owner, None)

@@ -4,7 +4,8 @@ Fan-out is a direct call: the same message objects go to every channel. While a
 topic has no channel, or is paused, it keeps its messages in its own MessageQueue
 (memory, then the topic's disk queue) and deferred ones (DPUB) with their delay; its
 pump task hands that backlog to the channels, in batches, once there are channels and
-the topic is not paused. New messages queue behind an existing backlog.
+the topic is not paused. New messages queue behind an existing backlog. The pump runs
+only while there is a backlog to hand on: an idle topic costs no task.
 
 As in nsqd, a held deferred message counts in the topic's depth and its delay starts
 only when it reaches the channels: nsqd keeps it in the topic's memory queue, and its
@@ -41,7 +42,7 @@ class Topic:
         self._held_deferred: list[tuple[float, bytes]] = []  # (delay s, message)
         self.held_log = None  # beyond NSQ: --persist-deferred's write-through file (nsqd/deferred_store.py)
         self.queue_bound = 0  # beyond NSQ: bytes its queue and each channel's may hold (nsqd/queue_bound.py); 0 = any
-        self._backlog_changed = trio.Event()
+        self._pumping = False
 
     def __repr__(self) -> str:
         return f"<Topic {self.name}>"
@@ -61,7 +62,7 @@ class Topic:
         self.started = True
         if self._start is not None:
             self._start.set()
-        self._backlog_changed.set()
+        self._pump_backlog()
 
     async def wait_started(self) -> None:
         if self._start is not None:
@@ -84,8 +85,8 @@ class Topic:
             return
         self.queue.put(messages)
         self._count(bodies)
-        if fans_out:  # else the pump has nothing to do until start, a channel or unpause wakes it
-            self._backlog_changed.set()
+        if fans_out:  # else the pump has nothing to do until start, a channel or unpause starts it
+            self._pump_backlog()
 
     def _count(self, bodies: list[bytes]) -> None:
         self.message_count += len(bodies)
@@ -105,15 +106,23 @@ class Topic:
         for channel in list(self.channels.values()):
             channel.defer_handed_on(message, delay)
 
-    async def run_pump(self) -> None:
-        """Hand the backlog to the channels whenever there are channels to take it."""
-        while True:
-            self._backlog_changed = trio.Event()
-            if self._fans_out() and (self.queue.has_messages() or self._held_deferred):
+    def _has_backlog_to_pump(self) -> bool:
+        return self._fans_out() and (self.queue.has_messages() or bool(self._held_deferred))
+
+    def _pump_backlog(self) -> None:
+        """Start the pump if there is a backlog for the channels and it is not running."""
+        if not self._pumping and self._has_backlog_to_pump():
+            self._pumping = True
+            self.nsqd.start_task(self, self._run_pump)
+
+    async def _run_pump(self) -> None:
+        """Hand the backlog to the channels, a batch at a time, until there is none to hand on."""
+        try:
+            while self._has_backlog_to_pump():
                 self._pump_batch()
                 await trio.sleep(0)
-                continue
-            await self._backlog_changed.wait()
+        finally:
+            self._pumping = False
 
     def _pump_batch(self) -> None:
         deferred, self._held_deferred = self._held_deferred, []
@@ -149,7 +158,7 @@ class Topic:
     def hold_deferred(self, items: list[tuple[float, bytes]]) -> None:
         """Hold deferred messages read back at the start (nsqd/deferred_store.py)."""
         self._held_deferred += items
-        self._backlog_changed.set()
+        self._pump_backlog()
 
     def get_channel(self, name: str) -> Channel:
         channel = self.channels.get(name)
@@ -157,7 +166,7 @@ class Topic:
             channel = Channel(self, name)
             self.channels[name] = channel
             self.nsqd.channel_created(channel)
-            self._backlog_changed.set()
+            self._pump_backlog()
         return channel
 
     def delete_channel(self, name: str) -> bool:
@@ -175,7 +184,7 @@ class Topic:
 
     def unpause(self) -> None:
         self.paused = False
-        self._backlog_changed.set()
+        self._pump_backlog()
 
     def empty(self) -> None:
         """Drop the topic's own backlog (its channels keep theirs), as nsqd's Topic.Empty."""
