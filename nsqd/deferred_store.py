@@ -215,6 +215,7 @@ def skip_handed_on(queue, read_position: tuple[int, int] | None) -> None:
     if read_position is not None and queue.backend is not None:
         skipped = queue.backend.skip_to(read_position)
         if skipped:
+            queue.nsqd.disk_used(queue.backend)
             log.info("%s: %d messages handed on before an unclean stop skipped", queue.name, skipped)
 
 

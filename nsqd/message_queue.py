@@ -106,6 +106,7 @@ class MessageQueue:
         try:
             self.backend.put(messages)
         except OSError as exc:
+            self.nsqd.disk_used(self.backend)  # the batches written before the failure are synced in time
             self.nsqd.disk_failed(self.name, exc)
             raise
         self.nsqd.disk_written(self.backend)
