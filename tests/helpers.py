@@ -20,6 +20,12 @@ from common.message import Message, decode_message
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def task_count(task=None) -> int:
+    """The trio tasks running now (in this run: an in-process nsqd's with the test's)."""
+    task = task or trio.lowlevel.current_root_task()
+    return 1 + sum(task_count(child) for nursery in task.child_nurseries for child in nursery.child_tasks)
+
+
 class RawClient:
     """A V2 client on a real trio socket: send raw bytes, read whole frames."""
 

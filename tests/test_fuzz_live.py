@@ -18,7 +18,7 @@ import trio
 
 from common.commands import MAGIC_V2, Auth, Cls, Dpub, Fin, Identify, Mpub, Nop, Pub, Rdy, Req, Sub, Touch
 
-from .helpers import NsqdProcess, RawClient
+from .helpers import NsqdProcess, RawClient, task_count
 
 CONNECTIONS = 50
 BEHAVIOUR_CAP = 0.6  # seconds one hostile connection lives at most
@@ -304,11 +304,6 @@ async def test_nsqd_process_survives_hostile_clients(tmp_path):
         nsqd.stop()
     log = nsqd.log()
     assert "Traceback" not in log and "unexpected error" not in log, log[-5000:]
-
-
-def task_count(task=None) -> int:
-    task = task or trio.lowlevel.current_root_task()
-    return 1 + sum(task_count(child) for nursery in task.child_nurseries for child in nursery.child_tasks)
 
 
 async def test_in_process_nsqd_keeps_no_task_or_connection_of_hostile_clients(start_nsqd):
