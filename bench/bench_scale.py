@@ -221,9 +221,14 @@ def round_text(result: Round, scene: Scene) -> str:
 def step_costs(result: Round, scene: Scene) -> tuple[float, float, float]:
     """Bytes of RSS each step added, per topic or channel, per message, per consumer."""
     objects = scene.topics * (1 + scene.channels) + scene.busy_topics * 2
-    return ((result.topics_kib - result.baseline_kib) * 1024 / max(objects, 1),
-            (result.messages_kib - result.topics_kib) * 1024 / max(scene.messages, 1),
-            (result.consumers_kib - result.messages_kib) * 1024 / max(scene.consumers, 1))
+    return (per((result.topics_kib - result.baseline_kib) * 1024, objects),
+            per((result.messages_kib - result.topics_kib) * 1024, scene.messages),
+            per((result.consumers_kib - result.messages_kib) * 1024, scene.consumers))
+
+
+def per(total: float, count: int) -> float:
+    """``total`` per one of ``count``; 0 when there are none (a scene with --consumers=0)."""
+    return total / count if count else 0.0
 
 
 def median_row(rounds: list[Round], scene: Scene) -> dict[str, float]:
