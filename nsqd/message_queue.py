@@ -117,8 +117,10 @@ class MessageQueue:
         """Up to ``count`` messages from the memory part (they leave it)."""
         messages = self.messages
         if count >= len(messages):
-            self.messages = NONE_IN_MEMORY
             taken = list(messages)
+            if taken:
+                messages.clear()  # a caller may hold it (message_ttl's sweep looks at it between takes)
+                self.messages = NONE_IN_MEMORY
         else:
             pop = messages.popleft
             taken = [pop() for _ in range(count)]
