@@ -276,17 +276,19 @@ async def test_two_consumers_on_one_channel_split_the_messages(nsqd):
     await publish(nsqd.tcp_port, "t", *bodies)
     received: list[list[bytes]] = [[], []]
 
-    async def drain(index: int) -> None:
+    async def drain(index: int, done: trio.CancelScope) -> None:
         client = consumers[index]
-        with trio.move_on_after(1.0):
-            while True:
-                msg = await client.read_message(timeout=2.0)
-                received[index].append(msg.body)
-                await fin(client, msg)
+        while True:
+            msg = await client.read_message(timeout=30.0)
+            received[index].append(msg.body)
+            await fin(client, msg)
+            if len(received[0]) + len(received[1]) == len(bodies):
+                done.cancel()
 
-    async with trio.open_nursery() as nursery:
-        for index in range(2):
-            nursery.start_soon(drain, index)
+    with trio.fail_after(30):  # a failure bound: the two consumers take all 100 between them
+        async with trio.open_nursery() as nursery:
+            for index in range(2):
+                nursery.start_soon(drain, index, nursery.cancel_scope)
     assert sorted(received[0] + received[1]) == sorted(bodies)
     assert received[0] and received[1]
 
