@@ -2,7 +2,7 @@
 
     python bench/bench_crash_points.py --lives=500 [--default-flags] [--seed=N]
 
-Runs tests/crash_points.py's loop (the one tests/test_nsqd_crash_points.py runs for 50 lives):
+Runs tests/crash_points.py's loop (the one tests/test_nsqd_crash_points.py runs for 30 lives):
 nsqd with --mem-queue-size=0 --sync-every=1 --persist-deferred (or default flags) under
 producers and consumers, killed with -9 at a random moment and restarted on the same data
 directory, each crash directory opened by NSQ v1.3.0's nsqd where it is at hand; then one last

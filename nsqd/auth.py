@@ -15,17 +15,20 @@ syntax is read as Python's ``re``, which is the same for the usual patterns.
 Every query (AUTH, and --http-auth-required's) goes through one HTTP client made at start
 with nsqd's client TLS context and closed when nsqd stops (NSQ makes a client per query,
 which costs Go little; a new httpx client per query cost the event loop its set-up each time).
+httpx is imported with that client, so an nsqd without auth servers never loads it.
 """
 
 import json
 import random
 import re
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-import httpx
 import trio
+
+if TYPE_CHECKING:
+    import httpx
 
 ACCEPT_V1 = "application/vnd.nsq; version=1.0"
 PERMISSIONS = ("subscribe", "publish")
@@ -81,6 +84,8 @@ class AuthServers:
                  ssl_context):
         self.addresses = addresses
         self.method = method
+        import httpx
+
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(request_timeout, connect=connect_timeout),
                                        verify=ssl_context)
 
@@ -105,6 +110,8 @@ class AuthServers:
         raise AuthError("; ".join(failures))
 
     async def _query_one(self, address: str, query: AuthQuery) -> AuthState:
+        import httpx
+
         endpoint = address if "://" in address else f"http://{address}/auth"
         try:
             response = await self._request(endpoint, query)
@@ -116,7 +123,7 @@ class AuthServers:
             raise AuthError(f"got response {response.status_code} {response.content!r}")
         return parse_auth_state(response.content)
 
-    async def _request(self, endpoint: str, query: AuthQuery) -> httpx.Response:
+    async def _request(self, endpoint: str, query: AuthQuery) -> "httpx.Response":
         headers = {"Accept": ACCEPT_V1}
         if self.method == "post":
             body = {key: [value.decode("utf-8", "replace") if isinstance(value, bytes) else value]

@@ -10,19 +10,23 @@ created the topic is answered after that (nsqd.get_started_topic).
 
 The queries share one HTTP client for as long as nsqd runs, made in a worker thread when
 the first lookupd address is set: a new httpx client costs ~20 ms of CPU (its TLS
-context), which a client per query spent on the event loop at every topic creation.
+context), which a client per query spent on the event loop at every topic creation. httpx is
+imported there too, so an nsqd without lookupds never loads it (a fifth of its start-up time).
 """
 
 import logging
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
-import httpx
 import trio
 
 from common.names import is_ephemeral
 from common.protocol_v1 import Register, Unregister
 
 from .lookup_peer import LookupPeer, command_text, dial_error_text
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("nsqd")
 
@@ -33,6 +37,8 @@ def join_host_port(host: str, port) -> str:
 
 
 def _query_error_text(exc: Exception) -> str:
+    import httpx
+
     if isinstance(exc, httpx.ConnectError):
         url = exc.request.url
         return dial_error_text(join_host_port(url.host, url.port), exc)
@@ -79,9 +85,7 @@ class Lookup:
 
     async def _keep_http_client(self) -> None:
         """Make the lookupd queries' client off the event loop; close it when nsqd stops."""
-        opts = self.nsqd.opts
-        timeout = httpx.Timeout(opts.http_client_request_timeout, connect=opts.http_client_connect_timeout)
-        client = await trio.to_thread.run_sync(lambda: httpx.AsyncClient(timeout=timeout))
+        client = await trio.to_thread.run_sync(self._new_http_client)
         self._http = client
         self._http_made.set()
         try:
@@ -90,6 +94,13 @@ class Lookup:
             with trio.CancelScope(shield=True):
                 await client.aclose()
 
+    def _new_http_client(self) -> "httpx.AsyncClient":
+        import httpx
+
+        opts = self.nsqd.opts
+        timeout = httpx.Timeout(opts.http_client_request_timeout, connect=opts.http_client_connect_timeout)
+        return httpx.AsyncClient(timeout=timeout)
+
     async def cluster_channels(self, topic: str) -> list[str]:
         """The non-ephemeral channels the connected lookupds know for ``topic``, sorted. The
         lookupds that could not say are named in one warning, as nsqd's GetTopic does."""
@@ -97,6 +108,8 @@ class Lookup:
         urls = [f"http://{join_host_port(peer.info['broadcast_address'], peer.info['http_port'])}/channels?{query}"
                 for peer in self.peers.values() if peer.info and peer.info.get("broadcast_address")]
         await self._http_made.wait()
+        import httpx
+
         found: set[str] = set()
         errors: list[str] = []
 
