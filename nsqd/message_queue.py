@@ -1,9 +1,10 @@
 """The queue behind every topic and channel: memory first, then the disk queue.
 
-Up to --mem-queue-size messages wait in memory (each one bytes object, nsqd/message.py);
+Up to --mem-queue-size messages wait in memory (each one bytes object, nsqd/message.py, in
+blocks the cyclic collector does not walk message by message: nsqd/chunked_queue.py);
 the rest go, as they are, to the go-diskqueue-compatible DiskQueue named after the topic
 (``topic``) or channel (``topic:channel``). An empty memory queue is the empty tuple, not a
-deque: a deque is 760 bytes even empty, which idle topics and channels would hold for nothing. An ephemeral topic or channel has no disk
+ChunkedQueue: its deque is 760 bytes even empty, which idle topics and channels would hold for nothing. An ephemeral topic or channel has no disk
 queue: what does not fit in memory is dropped, as NSQ drops it.
 
 A disk write that fails raises OSError after updating nsqd's health, so the publisher
@@ -16,8 +17,8 @@ counting, so an unbounded queue pays one attribute test per batch).
 """
 
 import logging
-from collections import deque
 
+from .chunked_queue import ChunkedQueue
 from .queue_bound import disk_bytes
 
 log = logging.getLogger("nsqd")
@@ -30,7 +31,7 @@ class MessageQueue:
         self.name = name
         self.nsqd = nsqd
         self.capacity = nsqd.opts.mem_queue_size
-        self.messages: deque[bytes] | tuple = NONE_IN_MEMORY
+        self.messages: ChunkedQueue | tuple = NONE_IN_MEMORY
         self.backend = None if ephemeral else nsqd.open_diskqueue(name)
         self.held_bytes: int | None = None
 
@@ -82,7 +83,7 @@ class MessageQueue:
         if self.messages:
             self.messages.extend(messages)
         else:
-            self.messages = deque(messages)
+            self.messages = ChunkedQueue(messages)
 
     def requeue(self, message: bytes) -> bool:
         """Queue a message that was already accepted and delivered once: it is never dropped,
@@ -122,8 +123,7 @@ class MessageQueue:
                 messages.clear()  # a caller may hold it (message_ttl's sweep looks at it between takes)
                 self.messages = NONE_IN_MEMORY
         else:
-            pop = messages.popleft
-            taken = [pop() for _ in range(count)]
+            taken = messages.take(count)
         if self.held_bytes is not None:
             self._count_taken(taken)
         return taken

@@ -160,7 +160,7 @@ def drop_older_than(queue, cutoff_ns: int) -> int:
     then disk, up to SWEEP_LIMIT; how many."""
     dropped = 0
     messages = queue.messages
-    while messages and dropped < SWEEP_LIMIT and _TIMESTAMP.unpack_from(messages[0])[0] < cutoff_ns:
+    while messages and dropped < SWEEP_LIMIT and _TIMESTAMP.unpack_from(messages.first())[0] < cutoff_ns:
         queue.take_from_memory(1)  # through the queue, which may count its bytes (nsqd/queue_bound.py)
         dropped += 1
     backend = queue.backend

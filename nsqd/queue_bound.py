@@ -93,7 +93,7 @@ def drop_oldest(queue, excess: int) -> int:
         from_memory = bool(queue.messages)
         if from_memory and queue.has_backend_data():
             head = queue.backend.peek()
-            from_memory = head is None or queue.messages[0][:8] <= head[:8]  # big-endian timestamps
+            from_memory = head is None or queue.messages.first()[:8] <= head[:8]  # big-endian timestamps
         taken = queue.take_from_memory(1) if from_memory else queue.take_from_disk(1)
         if not taken:
             break  # the disk could not be read

@@ -1,0 +1,85 @@
+"""nsqd/chunked_queue.py: a FIFO that behaves as a deque would, whose full blocks the cyclic
+collector does not track."""
+
+import gc
+from collections import deque
+from itertools import count, islice
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nsqd.chunked_queue import BLOCK, ChunkedQueue
+
+STEPS = st.lists(st.one_of(
+    st.tuples(st.just("extend"), st.integers(0, BLOCK + 300)),
+    st.tuples(st.just("take"), st.integers(0, 2 * BLOCK + 100)),
+    st.tuples(st.just("pop"), st.integers(1, 1200)),
+    st.tuples(st.just("first"), st.just(0)),
+    st.tuples(st.just("peek"), st.integers(0, 50)),
+), max_size=40)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 1500), STEPS)
+def test_it_behaves_as_a_deque(initial, steps):
+    names = (f"m{number}".encode() for number in count())
+    first = [next(names) for _ in range(initial)]
+    model, queue = deque(first), ChunkedQueue(first)
+    for step, size in steps:
+        if step == "extend":
+            messages = [next(names) for _ in range(size)]
+            model.extend(messages)
+            queue.extend(messages)
+        elif step == "take":
+            expected = [model.popleft() for _ in range(min(size, len(model)))]
+            assert queue.take(size) == expected
+        elif step == "pop":
+            for _ in range(min(size, len(model))):
+                assert queue.pop() == model.pop()
+        elif step == "first" and model:
+            assert queue.first() == model[0]
+        elif step == "peek":
+            assert list(islice(queue, size)) == list(islice(model, size))
+        assert len(queue) == len(model)
+    assert list(queue) == list(model)
+
+
+def test_a_take_is_a_list_the_caller_may_extend():
+    queue = ChunkedQueue([b"a", b"b"])
+    queue.extend((b"c",))
+    taken = queue.take(1)
+    taken += [b"x"]
+    assert taken == [b"a", b"x"]
+    assert list(queue) == [b"b", b"c"]
+
+
+def test_pop_from_an_empty_queue_raises_as_a_deque_does():
+    queue = ChunkedQueue([b"a"])
+    assert queue.take(5) == [b"a"]
+    with pytest.raises(IndexError):
+        queue.pop()
+
+
+def test_clear_empties_it_for_whoever_holds_it():
+    queue = ChunkedQueue([b"m"] * (3 * BLOCK))
+    queue.clear()
+    assert len(queue) == 0 and list(queue) == []
+    queue.extend([b"n"])
+    assert queue.take(2) == [b"n"]
+
+
+def test_the_collector_does_not_track_full_blocks():
+    """What makes a full collection cheap: of 20 blocks of messages, only the ones messages are
+    taken from and appended to are containers the collector walks item by item."""
+    queue = ChunkedQueue([])
+    for number in range(20 * BLOCK):
+        queue.extend((f"message {number}".encode(),))
+    queue.take(BLOCK // 2)
+    gc.collect()
+    containers = [referent for referent in gc.get_referents(queue) if isinstance(referent, (list, deque))]
+    containers += [block for sealed in containers if isinstance(sealed, deque) for block in sealed]
+    assert len(containers) > 18
+    items_walked = sum(len(container) for container in containers if gc.is_tracked(container))
+    assert items_walked < 3 * BLOCK, f"the collector walks {items_walked} items for {len(queue)} messages"
+    assert len(queue) == 20 * BLOCK - BLOCK // 2
