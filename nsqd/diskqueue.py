@@ -549,9 +549,15 @@ class DiskQueue:
 
     def close(self) -> None:
         """Sync and release the files (graceful stop)."""
-        self.sync()
+        self.closing_sync().run()
+
+    def closing_sync(self) -> SyncJob:
+        """Release the files (graceful stop); the sync that makes what was written durable, for
+        the owner to run (nsqd runs every queue's in worker threads)."""
+        job = self.prepare_sync()
         self._close_read_file()
         self._close_write_file()
+        return job
 
     def _drop_unsynced(self) -> None:
         for fd in self._unsynced_fds:

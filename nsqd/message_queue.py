@@ -166,7 +166,7 @@ class MessageQueue:
         self.nsqd.release(dropped)
 
     def close(self, extra: list[bytes] = ()) -> None:
-        """Graceful stop: memory (and ``extra``: in-flight, deferred) to disk, then sync."""
+        """Graceful stop: memory (and ``extra``: in-flight, deferred) to disk; nsqd runs the sync."""
         if self.backend is None:
             return
         held = [*self.messages, *extra]
@@ -174,7 +174,7 @@ class MessageQueue:
         try:
             if held:
                 self.backend.put(held)
-            self.backend.close()
+            self.nsqd.sync_at_exit(self.backend.closing_sync())
         except OSError as exc:
             log.error("%s: failed to write %d messages to disk at exit: %s", self.name, len(held), exc)
         self.nsqd.forget_diskqueue(self.backend)
