@@ -26,6 +26,8 @@ import sys
 from collections import deque
 from itertools import chain, islice
 
+from .slices import RELEASE_STEP, Steps
+
 BLOCK = 1000
 
 
@@ -112,14 +114,12 @@ class ChunkedQueue:
         self._head = list(self._sealed.popleft()) if self._sealed else self._open
         self._at = 0
 
-    def pop(self):
-        """The newest message, removed (a dropped queue is freed from its end in slices, nsqd/slices.py)."""
-        if self._open is not self._head and not self._open:
-            self._open = list(self._sealed.pop()) if self._sealed else self._head
-        if self._length == 0:
-            raise IndexError("pop from an empty queue")
-        self._length -= 1
-        return self._open.pop()
+    def released_steps(self) -> Steps[None]:
+        """Empty the queue RELEASE_STEP messages a step (nsqd runs the steps paced, nsqd/slices.py):
+        freeing 1,000,000 messages at once held the loop for their deallocation."""
+        while self._length:
+            self.take(RELEASE_STEP)
+            yield
 
     def clear(self) -> None:
         self._open = self._head = []

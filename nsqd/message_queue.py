@@ -20,6 +20,7 @@ import logging
 
 from .chunked_queue import ChunkedQueue
 from .queue_bound import disk_bytes
+from .slices import RELEASE_STEP
 
 log = logging.getLogger("nsqd")
 
@@ -163,7 +164,8 @@ class MessageQueue:
     def _drop_memory(self) -> None:
         """The queue is empty at once; the messages are freed in slices (nsqd/slices.py)."""
         dropped, self.messages = self.messages, NONE_IN_MEMORY
-        self.nsqd.release(dropped)
+        if len(dropped) > RELEASE_STEP:
+            self.nsqd.release(dropped.released_steps())
 
     def close(self, extra: list[bytes] = ()) -> None:
         """Graceful stop: memory (and ``extra``: in-flight, deferred) to disk; nsqd runs the sync."""

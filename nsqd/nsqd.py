@@ -437,10 +437,10 @@ class NSQD:
         """Rebuild the checks the channel runs before each delivery (nsqd/screen.py)."""
         channel.set_screen(screen_for(self, channel))
 
-    def release(self, items) -> None:
-        """Free a large collection in slices on the loop (a channel of 1,000,000 messages emptied)."""
-        if len(items) > slices.RELEASE_STEP:
-            self.spawn(slices.paced, slices.released_steps(items), slices.RELEASE_REST)
+    def release(self, steps: Steps[None]) -> None:
+        """Free a large collection in slices on the loop, RELEASE_REST apart (a channel of 1,000,000
+        messages emptied: nsqd/chunked_queue.py's released_steps)."""
+        self.spawn(slices.paced, steps, slices.RELEASE_REST)
 
     def spawn(self, task, *args) -> None:
         """Run a task for as long as nsqd runs."""

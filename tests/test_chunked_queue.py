@@ -5,16 +5,15 @@ import gc
 from collections import deque
 from itertools import count, islice
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nsqd.chunked_queue import BLOCK, ChunkedQueue
+from nsqd.slices import RELEASE_STEP
 
 STEPS = st.lists(st.one_of(
     st.tuples(st.just("extend"), st.integers(0, BLOCK + 300)),
     st.tuples(st.just("take"), st.integers(0, 2 * BLOCK + 100)),
-    st.tuples(st.just("pop"), st.integers(1, 1200)),
     st.tuples(st.just("first"), st.just(0)),
     st.tuples(st.just("peek"), st.integers(0, 50)),
 ), max_size=40)
@@ -34,9 +33,6 @@ def test_it_behaves_as_a_deque(initial, steps):
         elif step == "take":
             expected = [model.popleft() for _ in range(min(size, len(model)))]
             assert queue.take(size) == expected
-        elif step == "pop":
-            for _ in range(min(size, len(model))):
-                assert queue.pop() == model.pop()
         elif step == "first" and model:
             assert queue.first() == model[0]
         elif step == "peek":
@@ -54,11 +50,19 @@ def test_a_take_is_a_list_the_caller_may_extend():
     assert list(queue) == [b"b", b"c"]
 
 
-def test_pop_from_an_empty_queue_raises_as_a_deque_does():
-    queue = ChunkedQueue([b"a"])
-    assert queue.take(5) == [b"a"]
-    with pytest.raises(IndexError):
-        queue.pop()
+def test_a_released_queue_is_emptied_a_step_at_a_time():
+    """nsqd frees an emptied queue's messages in steps (nsqd/slices.py): each step frees at most
+    RELEASE_STEP of them, whatever the blocks."""
+    queue = ChunkedQueue([b"m"] * (BLOCK + 1))
+    queue.extend([b"n"] * (3 * BLOCK))  # one batch larger than a block
+    queue.extend([b"o"] * 10)
+    queue.take(BLOCK // 2)
+    held = [len(queue)]
+    for _ in queue.released_steps():
+        held.append(len(queue))
+    assert held[-1] == 0
+    assert all(0 < before - after <= RELEASE_STEP for before, after in zip(held, held[1:]))
+    assert len(held) - 1 == -(-held[0] // RELEASE_STEP)
 
 
 def test_clear_empties_it_for_whoever_holds_it():
