@@ -24,6 +24,7 @@ Theory of operation (nsqd/protocol_v2.go):
   before it reads the body, so the topic exists even when the body turns out bad or never comes.
 """
 
+import functools
 import re
 import struct
 from enum import IntEnum
@@ -38,6 +39,7 @@ from .names import is_valid_name
 
 MAX_LINE_LENGTH = 16 * 1024  # newline included: nsqd reads lines through a 16 KiB bufio.Reader
 _SIZE = struct.Struct(">i")
+_SAME_SIZE_CHUNK = 256  # messages a cached struct reads (bounds each one's size: ~8 KiB of codes)
 _FIN_RUN = re.compile(rb"(?:FIN [^ \r\n]{16}\n)+")
 _FIN_LINE = 21
 _UINT64 = 1 << 64
@@ -431,6 +433,9 @@ def mpub_bodies(buf: bytes, start: int, end: int, max_body_size: int, max_msg_si
     count = _SIZE.unpack_from(buf, start)[0]
     if count <= 0 or count > (max_body_size - 4) // 5:
         raise ClientError("E_BAD_BODY", f"MPUB invalid message count {count}")
+    same_size = _same_size_bodies(buf, start + 4, end, count, max_msg_size)
+    if same_size is not None:
+        return same_size
     quick = _well_formed_bodies(buf, start + 4, end, count, max_msg_size)
     if quick is not None and (not exact or quick[1] == end):
         return quick[0]
@@ -454,6 +459,37 @@ def mpub_bodies(buf: bytes, start: int, end: int, max_body_size: int, max_msg_si
         # nsqd would parse these leftover bytes as the next command; refuse instead.
         raise ClientError("E_BAD_BODY", f"MPUB body size {end - start} does not match its {count} messages ({pos - start} bytes)")
     return bodies
+
+
+def _same_size_bodies(buf: bytes, pos: int, end: int, count: int, max_msg_size: int) -> list[bytes] | None:
+    """The ``count`` bodies from ``pos`` if they all have the first one's size and fill the bytes
+    to ``end`` exactly (a producer's batch of like messages, as NSQ's bench_writer sends); else
+    None. No Python step per message: the sizes are compared a byte column at a time (every
+    size's first byte is one strided slice, and so on), and the bodies are one struct unpack
+    per chunk of messages, a third of what ``_well_formed_bodies`` costs."""
+    if end - pos < 4:
+        return None
+    first = buf[pos : pos + 4]
+    (size,) = _SIZE.unpack(first)
+    stride = 4 + size
+    if not 0 < size <= max_msg_size or end - pos != count * stride:
+        return None
+    for column in range(4):
+        if buf[pos + column : end : stride] != first[column : column + 1] * count:
+            return None
+    bodies: list[bytes] = []
+    while count:
+        chunk = min(count, _SAME_SIZE_CHUNK)
+        bodies += _same_size_struct(chunk, size).unpack_from(buf, pos)
+        pos += chunk * stride
+        count -= chunk
+    return bodies
+
+
+@functools.lru_cache(maxsize=32)
+def _same_size_struct(count: int, size: int) -> struct.Struct:
+    """Reads ``count`` messages of ``size`` bytes: each size skipped (checked), each body taken."""
+    return struct.Struct(f"4x{size}s" * count)
 
 
 def _well_formed_bodies(buf: bytes, pos: int, end: int, count: int,

@@ -13,7 +13,10 @@ from common.commands import (
 from common.errors import ClientError
 from common.frames import encode_error
 from common.identify import FIELDS
-from common.protocol_v2 import MAX_LINE_LENGTH, NEED_DATA, CommandParser, FinRun, Limits, MpubTopic, State
+from common import protocol_v2
+from common.protocol_v2 import (
+    MAX_LINE_LENGTH, NEED_DATA, CommandParser, FinRun, Limits, MpubTopic, State, mpub_bodies, parse_mpub_body,
+)
 
 MSG_ID = b"0a1b2c3d4e5f6071"
 INIT, SUBSCRIBED, CLOSING = State.INIT, State.SUBSCRIBED, State.CLOSING
@@ -530,6 +533,56 @@ def test_mpub_messages_checked_against_max_msg_size():
     assert parse(mpub_wire(size(1) + size(3) + b"abc"), limits=limits) == [Mpub("t", [b"abc"])]
     error = parse_error(mpub_wire(size(1) + size(4) + b"abcd"), limits=limits)
     assert str(error) == "E_BAD_MESSAGE MPUB message too big 4 > 3"
+
+
+# -- MPUB of messages all of one size (read without a Python step per message) ------------
+
+
+def same_size_bodies(count: int, length: int) -> list[bytes]:
+    return [bytes([n % 256]) * length for n in range(count)]
+
+
+@pytest.mark.parametrize("count", [1, 2, 255, 256, 257, 600])
+def test_an_mpub_of_same_size_messages_gives_every_body_in_order(count):
+    bodies = same_size_bodies(count, 5)
+    assert parse(Mpub("t", bodies).to_bytes()) == [Mpub("t", bodies)]
+    assert parse_mpub_body(Mpub("t", bodies).to_bytes()[len(b"MPUB t\n") + 4:], 5 << 20, 1 << 20) == bodies
+
+
+def mpub_outcome(body: bytes, exact: bool):
+    try:
+        return mpub_bodies(body, 0, len(body), 5 << 20, 64, exact=exact)
+    except ClientError as err:
+        return str(err)
+
+
+def test_an_mpub_nearly_of_one_size_is_read_as_any_other(monkeypatch):
+    """A batch of like messages with one size changed in one byte (or with bytes missing or left
+    over) gives what the reading of any batch gives: the same bodies, or the same error."""
+    rng = random.Random(22)
+    cases = []
+    for _ in range(400):
+        count, length = rng.randint(1, 300), rng.randint(1, 40)
+        body = bytearray(size(count) + b"".join(size(length) + message for message in same_size_bodies(count, length)))
+        change = rng.choice(["size byte", "bytes left over", "bytes missing", "none"])
+        if change == "size byte":
+            where = 4 + rng.randrange(count) * (4 + length) + rng.randrange(4)
+            body[where] = rng.choice([0, 1, 0x40, 0x80, 0xFF, body[where] ^ 1])
+        elif change == "bytes left over":
+            body += bytes(rng.randint(1, 2 * (4 + length)))
+        elif change == "bytes missing":
+            del body[-rng.randint(1, min(len(body) - 4, 2 * (4 + length))):]
+        cases.append((bytes(body), rng.random() < 0.5))
+    fast = [mpub_outcome(body, exact) for body, exact in cases]
+    monkeypatch.setattr(protocol_v2, "_same_size_bodies", lambda *args: None)
+    assert fast == [mpub_outcome(body, exact) for body, exact in cases]
+
+
+def test_same_size_messages_over_max_msg_size_are_refused_as_any_other():
+    body = size(3) + (size(5) + b"hello") * 3
+    assert mpub_outcome(body, exact=True) == [b"hello"] * 3
+    limits = Limits(max_msg_size=4)
+    assert str(parse_error(mpub_wire(body), limits=limits)) == "E_BAD_MESSAGE MPUB message too big 5 > 4"
 
 
 # -- commands to bytes and back -----------------------------------------------------------
