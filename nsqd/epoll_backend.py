@@ -11,8 +11,9 @@ poller task waits for that epoll's descriptor (itself pollable, so trio waits fo
 socket: one wait for all the connections) and then takes every ready connection in one round:
 one non-blocking read each, handed to the connection (``Connection.received_in_round``,
 which executes the commands that read completed, as the connection's task would), all in one
-output batch for the whole round (nsqd/output_batch.py: each OK goes straight to its socket
-with ``send_now``, one ``os.write``, when the round ends).
+output batch for the whole round (nsqd/output_batch.py: a read's OKs go straight to its socket
+with ``send_now``, one ``os.write``, once that read's commands are done; what the round's
+reads gave other connections, when the round ends).
 
 Edge-triggered epoll reports a socket once per arrival, never again for what is left
 unread, so the poller remembers: a read that filled its buffer may have left more, and that

@@ -3,6 +3,7 @@ one edge-triggered epoll, handed to their own task for what must be awaited and 
 with nothing received in between forgotten. With the portable backend (each test runs with both)
 the same scenarios go through each connection's own task."""
 
+import os
 import socket
 import struct
 
@@ -171,3 +172,33 @@ async def test_an_unexpected_error_in_a_command_ends_that_connection_only(nsqd):
     assert topic.message_count == 2
     await other.close()
     await assert_server_healthy(nsqd)
+
+
+async def test_each_read_of_a_round_is_answered_before_the_next_read_is_executed(nsqd, io_backend):
+    """nsqd answers each connection from its own goroutine: a publisher waiting for its OK has it
+    while the poller goes on to the round's other reads, rather than after all of them."""
+    if io_backend != "auto":
+        pytest.skip("the portable backend reads each connection in its own task and writes from its writer")
+    clients = [await RawClient.connect(nsqd.tcp_port) for _ in range(3)]
+    for client in clients:  # each connection is parked in the poller, the topic made
+        await client.send(pub("t", b"first"))
+        assert await client.read_response() == b"OK"
+    events = []
+    publish = nsqd.publish
+
+    def noted_publish(topic, bodies, delay=0.0):
+        events.append("publish")
+        return publish(topic, bodies, delay)
+
+    nsqd.publish = noted_publish
+    for connection in nsqd.connections:
+        def noted_send_now(data, send_now=connection.backend.send_now):
+            events.append("write")
+            return send_now(data)
+        connection.backend.send_now = noted_send_now
+    for client in clients:  # all three arrive before the poller's next round: no await between them
+        os.write(client.stream.socket.fileno(), mpub("t", [b"a", b"b"]))
+    for client in clients:
+        assert await client.read_response() == b"OK"
+    assert events == ["publish", "write"] * 3
+    assert nsqd.topics["t"].message_count == 9
