@@ -6,7 +6,9 @@ Theory of operation. One run, under rollups/.lock:
    (compaction.py), then find the raw files not yet rolled up (rollup_state.py). Without any,
    skip to 5: Spark is not even asked for unless stale hours are due.
 2. Work out the minutes to rewrite and the raw files to read (touched.py), and read those
-   files' rows of the needed spans, leaving out the rows that only mark a node as missing.
+   files' rows of the rewritten spans, leaving out the rows that only mark a node as missing;
+   of the look-back before each span, only each series' last snapshot, read on the driver
+   (look_back.py).
 3. The minutes. A shuffle by topic and channel (the ALL_NODES key, series_ids.py) puts every
    node's rows of a topic and channel in one task. Per series (node, topic, channel: a 64-bit
    key), each snapshot's counter deltas from the series' previous snapshot, by a window ordered
@@ -51,6 +53,7 @@ from .partitions import period_start
 from .rollup_columns import (NAMES, VALUES, cluster_minute_aggregates, cluster_minute_columns, cluster_poll_aggregates,
                              coarser_aggregates, coarser_columns, node_minute_aggregates, node_minute_columns,
                              spark_schema, window_aggregates, window_columns, with_group_max, with_group_p95)
+from .look_back import SCHEMA as LOOK_BACK_ARROW_SCHEMA, last_snapshots
 from .series_ids import named_keys, series_names, window_key
 from .rollup_state import (RollupState, delete_expired_raw, delete_expired_rollups, load_state, raw_files,
                            raw_hour, rollup_lock, save_state)
@@ -64,6 +67,7 @@ DEFAULT_RETENTION = timedelta(hours=168)
 # How long nsqadmin's worker lets the open hour's 1h and 1d windows wait behind its 1m windows.
 COARSER_EVERY = timedelta(minutes=10)
 RAW_SCHEMA = spark_schema(layout.RAW_SCHEMA)
+LOOK_BACK_SCHEMA = spark_schema(LOOK_BACK_ARROW_SCHEMA)
 ROLLUP_SCHEMA = spark_schema(layout.ROLLUP_SCHEMA)
 ROLLUP_NAMES = layout.ROLLUP_SCHEMA.names
 GAUGES_AND_COUNTERS = ("depth", "in_flight", "deferred", "message_count", "requeue_count", "timeout_count",
@@ -187,8 +191,10 @@ def _roll_up_minutes(stats_dir: Path, spark: Callable[[int], SparkSession], stag
     session = spark(raw_bytes)
     session.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(raw_bytes)))
     hours = hours_overlapping(rewrite)
-    keys, salt = named_keys(session, series_names(paths))
-    new_minutes = _new_minutes(*_snapshots(session, paths, rewrite), salt, rewrite)
+    keys_table, salt = named_keys(series_names(paths))
+    keys = session.createDataFrame(keys_table)
+    last = session.createDataFrame(last_snapshots(paths, rewrite, keys_table), LOOK_BACK_SCHEMA)
+    new_minutes = _new_minutes(_snapshots(session, paths, rewrite), last, salt, rewrite)
     _stage("1m", staging, lambda: _write_minutes(session, staging, new_minutes, keys, hours))
     summary.rewrite, summary.files = rewrite, len(paths)
     summary.raw_rows, summary.windows["1m"] = _count_minutes(_staged(staging, "1m"), rewrite)
@@ -241,13 +247,10 @@ def _within_us(column: str, spans: list[Span]) -> Column:
     return reduce(or_, [(F.col(column) >= _micros(start)) & (F.col(column) < _micros(end)) for start, end in spans])
 
 
-def _snapshots(spark: SparkSession, paths: list[Path], rewrite: list[Span]) -> tuple[DataFrame, DataFrame]:
-    """The raw rows that are snapshots (not missing-node markers): those of the ``rewrite``
-    spans, and those of the look-back before them that the first deltas need."""
+def _snapshots(spark: SparkSession, paths: list[Path], rewrite: list[Span]) -> DataFrame:
+    """The raw rows of the ``rewrite`` spans that are snapshots (not missing-node markers)."""
     raw = spark.read.schema(RAW_SCHEMA).parquet(*map(str, paths))
-    snapshots = raw.where(~F.coalesce(F.col("missing"), F.lit(False)))
-    in_rewrite = _within("ts", rewrite)
-    return snapshots.where(in_rewrite), snapshots.where(_within("ts", read_spans(rewrite)) & ~in_rewrite)
+    return raw.where(~F.coalesce(F.col("missing"), F.lit(False)) & _within("ts", rewrite))
 
 
 def _numbers(snapshots: DataFrame, salt: int) -> DataFrame:
@@ -266,25 +269,6 @@ def _numbers(snapshots: DataFrame, salt: int) -> DataFrame:
         F.col("e2e_ns").getItem("0.99").alias("e2e_p99"),
         F.col("start_time"),
     )
-
-
-def _last_numbers(look_back: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
-    """Of the look-back's snapshots before each rewritten span, each series' last, with only
-    what its successor's deltas need (:func:`_with_deltas`): its time, counters, backlog and
-    ``start_time``; its gauges are 0 and its e2e null. The look-back's minutes are not
-    rewritten, so nothing else of it is used, and a span's first delta needs no other
-    predecessor than the last before the span: a minute's worth of new rows takes the series'
-    15 minutes before them to one row each, read without their e2e maps."""
-    numbers = _numbers(look_back, salt)
-    carried = ("minute_us", "message_count", "requeue_count", "timeout_count", "backlog", "start_time")
-    spans_before = reduce(lambda total, end: total + F.when(F.col("ts_us") >= _micros(end), 1).otherwise(0),
-                          [end for _, end in rewrite], F.lit(0))
-    return (numbers.groupBy("sid", "all_key", spans_before.alias("before_span"))
-            .agg(F.max("ts_us").alias("ts_us"), *(F.max_by(name, "ts_us").alias(name) for name in carried))
-            .select(*(F.lit(0).cast("long").alias(name) if name in ("depth", "in_flight", "client_count")
-                      else F.lit(False).alias(name) if name == "paused"
-                      else F.lit(None).cast("double").alias(name) if name == "e2e_p99"
-                      else F.col(name) for name in numbers.columns)))
 
 
 def _with_deltas(numbers: DataFrame) -> DataFrame:
@@ -321,7 +305,7 @@ def _with_deltas(numbers: DataFrame) -> DataFrame:
     })
 
 
-def _new_minutes(snapshots: DataFrame, look_back: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
+def _new_minutes(snapshots: DataFrame, last: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
     """The rewritten minutes of every series (``key``, ``all_key``, values) and of every
     topic's and channel's ALL_NODES row (``key`` = ``all_key``).
 
@@ -335,7 +319,7 @@ def _new_minutes(snapshots: DataFrame, look_back: DataFrame, salt: int, rewrite:
     ALL_NODES minutes are then left out (no node minute of theirs gives them a covered time):
     a filter on their minutes would be pushed under the shuffle. Otherwise each use would read
     and shuffle the raw rows on its own, a third of a full run."""
-    numbers = _numbers(snapshots, salt).unionByName(_last_numbers(look_back, salt, rewrite)).repartition("all_key")
+    numbers = _numbers(snapshots, salt).unionByName(last).repartition("all_key")
     deltas = _with_deltas(numbers).where(_within_us("minute_us", rewrite))
     group = ["all_key", "sid", "minute_us"]
     nodes = (with_group_max(deltas, group, "depth").groupBy(*group).agg(*node_minute_aggregates())

@@ -12,7 +12,8 @@ every series and every (ALL_NODES, topic, channel) of them (for thousands of nam
 for a chance in 10^12). The hash is computed here too, the way Spark computes it (standard
 XXH64, each column's value hashed with the previous hash as seed), so choosing the salt starts
 no Spark job. The same small table, sent to Spark as Arrow (no Python worker), gives each
-series the key of its ALL_NODES row and the aggregated windows their names back.
+series the key of its ALL_NODES row and the aggregated windows their names back, and on the
+driver the look-back's last snapshots their keys (look_back.py).
 """
 
 import struct
@@ -22,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql import Column, DataFrame, SparkSession, functions as F
+from pyspark.sql import Column, functions as F
 
 from .layout import ALL_NODES
 
@@ -101,7 +102,7 @@ def window_key(salt: int, node: Column | str = "node") -> Column:
     return F.xxhash64(F.lit(salt), node, "topic", "channel")
 
 
-def named_keys(spark: SparkSession, names: pa.Table) -> tuple[DataFrame, int]:
+def named_keys(names: pa.Table) -> tuple[pa.Table, int]:
     """(``key``, ``all_key``, node, topic, channel for every series and every (ALL_NODES, topic,
     channel) of them, with ``all_key`` the key of the ALL_NODES row of the same topic and channel;
     the salt of :func:`window_key` that tells them apart)."""
@@ -111,7 +112,7 @@ def named_keys(spark: SparkSession, names: pa.Table) -> tuple[DataFrame, int]:
     for salt in count():
         keys = dict(zip(rows, (spark_series_hash(salt, *row) for row in rows)))
         if len(set(keys.values())) == len(rows):
-            return spark.createDataFrame(_keys_table(rows, keys)), salt
+            return _keys_table(rows, keys), salt
 
 
 def _keys_table(rows: list[tuple[str, str, str]], keys: dict[tuple[str, str, str], int]) -> pa.Table:
