@@ -17,6 +17,7 @@ driver the look-back's last snapshots their keys (look_back.py).
 """
 
 import struct
+from functools import lru_cache
 from itertools import count
 from pathlib import Path
 
@@ -77,6 +78,8 @@ def xxh64(data: bytes, seed: int) -> int:
     return result ^ (result >> 32)
 
 
+# A warm worker's runs see the same series again and again: remember their keys (~100 bytes each).
+@lru_cache(maxsize=1 << 16)
 def spark_series_hash(salt: int, node: str, topic: str, channel: str) -> int:
     """What Spark's ``xxhash64(lit(salt), node, topic, channel)`` gives, as a signed 64-bit int."""
     result = xxh64(struct.pack("<i", salt), SPARK_HASH_SEED)
