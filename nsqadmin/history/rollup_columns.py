@@ -40,6 +40,7 @@ from pyspark.sql.types import (BooleanType, DataType, DoubleType, LongType, MapT
                                StructField, StructType, TimestampType)
 
 from . import layout
+from .column_cache import per_context
 
 _SPARK_TYPES = {"timestamp[us, tz=UTC]": TimestampType(), "string": StringType(), "int64": LongType(),
                 "double": DoubleType(), "bool": BooleanType()}
@@ -64,6 +65,10 @@ def spark_schema(schema: pa.Schema) -> StructType:
 
 NAMES = ("node", "topic", "channel")
 VALUES = tuple(name for name in layout.ROLLUP_SCHEMA.names if name not in NAMES)
+# Each value's type by its SQL name: a cast to a DataType object asks the JVM for the active
+# session and parses the type's JSON there, a dozen py4j round trips a column, where a name is one
+# (5,000 of a warm one-minute run's 16,000 calls were these casts).
+_VALUE_TYPES = {name: spark_type(layout.ROLLUP_SCHEMA.field(name).type).simpleString() for name in VALUES}
 
 
 def value_columns(partial: bool = False, **columns: Column) -> list[Column]:
@@ -71,7 +76,7 @@ def value_columns(partial: bool = False, **columns: Column) -> list[Column]:
     (with ``partial``, those not given are null)."""
     missing = set(VALUES) - set(columns)
     assert partial or not missing, f"rollup columns not computed: {sorted(missing)}"
-    return [columns.get(name, F.lit(None)).cast(spark_type(layout.ROLLUP_SCHEMA.field(name).type)).alias(name)
+    return [(columns[name] if name in columns else F.lit(None)).cast(_VALUE_TYPES[name]).alias(name)
             for name in VALUES]
 
 
@@ -119,6 +124,7 @@ def _interpolated(low: Column, high: Column, position: Column) -> Column:
 # -- a node's minute, from snapshots: ts_us, depth, in_flight, client_count, paused, e2e_p99, the
 #    deltas dt_us, d_messages, d_requeues, d_timeouts, d_finished, and with_group_max of depth -----
 
+@per_context
 def node_minute_aggregates() -> list[Column]:
     return [
         F.count(F.lit(1)).alias("samples"),
@@ -141,6 +147,7 @@ def node_minute_aggregates() -> list[Column]:
     ]
 
 
+@per_context
 def node_minute_columns() -> list[Column]:
     """The values of a node's minute, from :func:`node_minute_aggregates` of the minute
     starting at ``minute_us``."""
@@ -161,7 +168,8 @@ def node_minute_columns() -> list[Column]:
 
 # -- the cluster's polls and minutes, from the raw rows of every node ---------------------------
 
-def cluster_poll_aggregates(columns: list[str]) -> list[Column]:
+@per_context
+def cluster_poll_aggregates(columns: tuple[str, ...]) -> list[Column]:
     """Over the raw rows of one poll (``ts_us``) of one topic and channel on every node: the
     cluster's gauges at that moment, the sums of what the nodes that answered reported.
 
@@ -173,6 +181,7 @@ def cluster_poll_aggregates(columns: list[str]) -> list[Column]:
             F.max(F.hash(*columns)).alias("shared")]
 
 
+@per_context
 def cluster_minute_aggregates() -> list[Column]:
     """Over the cluster's polls of one minute, with :func:`with_group_max` of their depth."""
     return [
@@ -186,6 +195,7 @@ def cluster_minute_aggregates() -> list[Column]:
     ]
 
 
+@per_context
 def cluster_minute_columns() -> list[Column]:
     """What the cluster's polls decide of an ALL_NODES minute starting at ``minute_us`` (the
     rest null: the nodes' minutes decide it, see :func:`window_aggregates`)."""
@@ -247,6 +257,7 @@ def window_columns(across: Column) -> list[Column]:
 
 # -- an hour from its minutes, a day from its hours --------------------------------------------
 
+@per_context
 def coarser_aggregates() -> list[Column]:
     """Over the finer windows of one window, with :func:`with_group_p95` of their ``depth_avg``."""
     return [
@@ -269,6 +280,7 @@ def coarser_aggregates() -> list[Column]:
     ]
 
 
+@per_context
 def coarser_columns() -> list[Column]:
     """The values of an hour or a day, from :func:`coarser_aggregates` grouped by the
     window's names or key and its start as ``ts``."""

@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession, Window, functions as F
 
 from . import compaction, layout
+from .column_cache import per_context
 from .health_report import write_health
 from .partitions import period_start
 from .rollup_columns import (NAMES, VALUES, cluster_minute_aggregates, cluster_minute_columns, cluster_poll_aggregates,
@@ -324,26 +325,33 @@ def _new_minutes(snapshots: DataFrame, last: DataFrame, salt: int, rewrite: list
     group = ["all_key", "sid", "minute_us"]
     nodes = (with_group_max(deltas, group, "depth").groupBy(*group).agg(*node_minute_aggregates())
              .select(F.col("sid").alias("key"), "all_key", *node_minute_columns()))
-    polls = numbers.groupBy("all_key", "minute_us", "ts_us").agg(*cluster_poll_aggregates(numbers.columns))
+    polls = numbers.groupBy("all_key", "minute_us", "ts_us").agg(*cluster_poll_aggregates(tuple(numbers.columns)))
     cluster = (with_group_max(polls, ["all_key", "minute_us"], "depth").groupBy("all_key", "minute_us")
                .agg(*cluster_minute_aggregates()).select(F.col("all_key").alias("key"), "all_key",
                                                          *cluster_minute_columns()))
-    minutes = _across_nodes(nodes.unionByName(cluster), ["all_key"], "key", F.col("all_key"))
+    minutes = _across_nodes(nodes.unionByName(cluster), ["all_key"], "key", "all_key")
     return minutes.where(F.col("covered_seconds").isNotNull())  # not the look-back's: no node minute
 
 
-def _across_nodes(windows: DataFrame, by: list[str], own: str, everyone: Column) -> DataFrame:
+def _across_nodes(windows: DataFrame, by: list[str], own: str, everyone: str) -> DataFrame:
     """``windows`` (the nodes' windows and the cluster's own, rollup_columns.window_aggregates)
     as the nodes' windows unchanged and the ALL_NODES windows. ``own`` names a window (a key or
-    the node), ``everyone`` is its ALL_NODES value, and ``by`` are grouped on as well (columns
-    the input is partitioned by, so no shuffle is needed)."""
-    window = f"window_{own}"
-    own_only = F.col(own) == everyone
-    exploded = windows.withColumn(window, F.explode(F.when(own_only, F.array(F.col(own)))
-                                                    .otherwise(F.array(F.col(own), everyone))))
-    return (exploded.groupBy(*by, window, "ts")
-            .agg(*window_aggregates(itself=F.col(own) == F.col(window), node_row=F.col(own) != everyone))
-            .select(*by, F.col(window).alias(own), *window_columns(across=F.col(window) == everyone)))
+    the node), ``everyone`` is its ALL_NODES value (an SQL expression), and ``by`` are grouped on
+    as well (columns the input is partitioned by, so no shuffle is needed)."""
+    window, windows_of_row, aggregates, columns = _across_nodes_columns(own, everyone)
+    return (windows.withColumn(window, windows_of_row).groupBy(*by, window, "ts").agg(*aggregates)
+            .select(*by, F.col(window).alias(own), *columns))
+
+
+@per_context
+def _across_nodes_columns(own: str, everyone: str) -> tuple[str, Column, list[Column], list[Column]]:
+    """For :func:`_across_nodes`: the name of the window a row goes to, the windows of each row
+    (its own, and the ALL_NODES one unless it is that), the aggregates and the output columns."""
+    window, all_nodes = f"window_{own}", F.expr(everyone)
+    own_only = F.col(own) == all_nodes
+    windows_of_row = F.explode(F.when(own_only, F.array(F.col(own))).otherwise(F.array(F.col(own), all_nodes)))
+    aggregates = window_aggregates(itself=F.col(own) == F.col(window), node_row=F.col(own) != all_nodes)
+    return window, windows_of_row, aggregates, window_columns(across=F.col(window) == all_nodes)
 
 
 def _existing(stats_dir: Path, level: str, periods: list[datetime]) -> list[Path]:
@@ -436,7 +444,7 @@ def _coarser(finer: DataFrame, unit: str) -> DataFrame:
     finer = finer.withColumn("period", F.date_trunc(unit, "ts"))
     windows = (with_group_p95(finer, [*NAMES, "period"], "depth_avg").groupBy(*NAMES, "period")
                .agg(*coarser_aggregates()).withColumn("ts", F.col("period")).select(*NAMES, *coarser_columns()))
-    return _across_nodes(windows, ["topic", "channel"], "node", F.lit(layout.ALL_NODES)).select(*ROLLUP_NAMES)
+    return _across_nodes(windows, ["topic", "channel"], "node", f"'{layout.ALL_NODES}'").select(*ROLLUP_NAMES)
 
 
 def _write_level(staging: Path, level: str, windows: DataFrame) -> None:
