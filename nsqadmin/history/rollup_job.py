@@ -258,9 +258,14 @@ def _numbers(snapshots: DataFrame, salt: int) -> DataFrame:
     """What the deltas and the minute aggregates need of a snapshot, with its series' key as
     ``sid`` and its topic's and channel's ALL_NODES key as ``all_key`` (series_ids.py). A null
     gauge or counter counts as 0."""
+    return snapshots.select(*_number_columns(salt))
+
+
+@per_context
+def _number_columns(salt: int) -> list[Column]:
     ts_us = F.unix_micros("ts")
     value = {name: F.coalesce(F.col(name), F.lit(0)) for name in GAUGES_AND_COUNTERS}
-    return snapshots.select(
+    return [
         window_key(salt).alias("sid"), window_key(salt, F.lit(layout.ALL_NODES)).alias("all_key"),
         ts_us.alias("ts_us"), (ts_us - ts_us % MINUTE_US).alias("minute_us"),
         *(value[name].alias(name) for name in ("depth", "in_flight", "message_count", "requeue_count",
@@ -269,7 +274,7 @@ def _numbers(snapshots: DataFrame, salt: int) -> DataFrame:
         F.coalesce(F.col("paused"), F.lit(False)).alias("paused"),
         F.col("e2e_ns").getItem("0.99").alias("e2e_p99"),
         F.col("start_time"),
-    )
+    ]
 
 
 def _with_deltas(numbers: DataFrame) -> DataFrame:
@@ -284,6 +289,13 @@ def _with_deltas(numbers: DataFrame) -> DataFrame:
     deferred) whether or not nsqd restarted in between: nsqd writes its whole backlog to disk
     when it stops and has it again when it starts, so the backlog before a restart is the one
     after it has grown from (messages lost to a crash count as having left)."""
+    lags, deltas = _delta_columns()
+    return numbers.withColumns(lags).withColumns(deltas)
+
+
+@per_context
+def _delta_columns() -> tuple[dict[str, Column], dict[str, Column]]:
+    """For :func:`_with_deltas`: the previous snapshot's values, then the deltas from them."""
     series = Window.partitionBy("all_key", "sid").orderBy("minute_us", "ts_us")
     lags = {f"prev_{column}": F.lag(column).over(series)
             for column in ("ts_us", *COUNTERS, "backlog", "start_time")}
@@ -297,13 +309,13 @@ def _with_deltas(numbers: DataFrame) -> DataFrame:
 
     finished = F.when(~continues, 0).otherwise(
         F.greatest(F.lit(0), delta("message_count") - (F.col("backlog") - F.col("prev_backlog"))))
-    return numbers.withColumns(lags).withColumns({
+    return lags, {
         "dt_us": F.when(continues, F.col("ts_us") - F.col("prev_ts_us")).otherwise(0),
         "d_messages": delta("message_count"),
         "d_requeues": delta("requeue_count"),
         "d_timeouts": delta("timeout_count"),
         "d_finished": finished,
-    })
+    }
 
 
 def _new_minutes(snapshots: DataFrame, last: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
