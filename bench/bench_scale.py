@@ -199,11 +199,13 @@ def one_round(daemon: Daemon, scene: Scene) -> Round:
                 raise RuntimeError(f"{daemon.name}'s nsqd exited with {proc.returncode}")
         finally:
             stop.set()
+            # each consumer process closes its connections and reports before nsqd is killed: a
+            # connection nsqd's death closed first would count as one lost while idle
+            counts = [results.get(timeout=60) for _ in workers]
             proc.kill()
             proc.wait(timeout=60)
             for worker in workers:
                 worker.join(timeout=30)
-        counts = [results.get(timeout=30) for _ in workers]
     lost = sum(count["lost"] for count in counts)
     if lost:
         raise RuntimeError(f"{lost} consumers were disconnected while idle")
