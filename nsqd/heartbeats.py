@@ -8,87 +8,45 @@ thousands of idle consumers those were most of nsqd's work, and they bunched: 5,
 consumers on 1 s heartbeats gave runs of 1.6 s spent expiring deadlines, long enough for
 clients to miss their read deadlines and be dropped.
 
-Here one task keeps each connection's next visit in a heap and wakes once for every visit
-due within SLACK of the earliest. What a visit does is the connection's (Connection.visit,
-nsqd/connection.py): it writes the heartbeat if it is due (in one output batch,
-nsqd/output_batch.py: straight to the sockets that take it, no writer woken) and closes the
-connection if it has been silent past its read deadline, which is checked exactly, never
-early, and says when to come back. A read deadline moves with every read, so the heap is not
-told: a visit finds the deadline as it is then, and comes back at it while it is still ahead.
-Entries are dropped lazily, so an entry holds a :class:`Visit`, never the connection itself:
-a connection that ends (or is rescheduled) empties its visit, and is freed at once rather
-than when the entry falls due, up to two heartbeat intervals later.
+Here one task (nsqd/wake_scheduler.py) keeps each connection's next visit and wakes once for
+every visit due within SLACK of the earliest. What a visit does is the connection's
+(Connection.visit, nsqd/connection.py): it writes the heartbeat if it is due (in one output
+batch for the round, nsqd/output_batch.py: straight to the sockets that take it, no writer
+woken) and closes the connection if it has been silent past its read deadline, which is
+checked exactly, never early, and says when to come back. A read deadline moves with every
+read, so the scheduler is not told: a visit finds the deadline as it is then, and comes back
+at it while it is still ahead. A connection that ends is forgotten, and freed at once.
 """
-
-import heapq
-import itertools
-import math
 
 import trio
 
+from .wake_scheduler import WakeScheduler
+
 SLACK = 0.02  # heartbeats due this soon after the earliest go out with it
-
-
-class Visit:
-    """A connection's next visit: the heap's entry refers to it, the connection to nothing else."""
-
-    __slots__ = ("connection",)
-
-    def __init__(self, connection):
-        self.connection = connection
 
 
 class Heartbeats:
     def __init__(self, output_batch):
         self._output_batch = output_batch
-        self._heap: list[tuple[float, int, Visit]] = []
-        self._order = itertools.count()
-        self._visits: dict[object, Visit] = {}  # connection -> its current visit
-        self._changed = trio.Event()
+        self._scheduler = WakeScheduler(self._visit, SLACK)
+        self.run = self._scheduler.run
+        self.forget = self._scheduler.forget
 
     def watch(self, connection) -> None:
         """Heartbeats for ``connection`` from now, at its client's interval (again after IDENTIFY)."""
         self.forget(connection)
         due = connection.start_heartbeats(trio.current_time())
         if due is not None:
-            self._schedule(connection, due)
+            self._scheduler.wake_at(connection, due)
 
-    def forget(self, connection) -> None:
-        visit = self._visits.pop(connection, None)
-        if visit is not None:
-            visit.connection = None
-
-    def _schedule(self, connection, when: float) -> None:
-        visit = self._visits[connection] = Visit(connection)
-        if not self._heap or when < self._heap[0][0]:
-            self._changed.set()
-        heapq.heappush(self._heap, (when, next(self._order), visit))
-
-    async def run(self) -> None:
-        heap = self._heap
-        while True:
-            self._changed = trio.Event()
-            earliest = heap[0][0] if heap else math.inf
-            if earliest > trio.current_time():
-                with trio.move_on_at(earliest):
-                    await self._changed.wait()
-                continue
-            now = trio.current_time()
-            due = []
-            while heap and heap[0][0] <= now + SLACK:
-                due.append(heapq.heappop(heap))
-            self._output_batch.begin()
-            try:
-                for _, _, visit in due:
-                    connection = visit.connection
-                    if connection is not None:
-                        self._visit(connection, now)
-            finally:
-                self._output_batch.end()
-
-    def _visit(self, connection, now: float) -> None:
-        again = connection.visit(now, SLACK)
-        if again is None:
-            self.forget(connection)
-        else:
-            self._schedule(connection, again)
+    def _visit(self, connections: list, now: float) -> None:
+        """One round: each connection due sends its heartbeat or ends, in one output batch."""
+        wake_at, batch = self._scheduler.wake_at, self._output_batch
+        batch.begin()
+        try:
+            for connection in connections:
+                again = connection.visit(now, SLACK)
+                if again is not None:
+                    wake_at(connection, again)
+        finally:
+            batch.end()

@@ -1,0 +1,143 @@
+"""nsqd's one-task deadline scheduler (nsqd/wake_scheduler.py) under trio's MockClock: each of its
+timing rules at its exact virtual time (pytest-trio's ``autojump_clock`` jumps to the next deadline
+whenever every task waits, so no test waits for a real second)."""
+
+import gc
+import weakref
+
+import pytest
+import trio
+
+from nsqd.wake_scheduler import WakeScheduler
+
+
+class Key:
+    """Something to wake (a connection or a channel in nsqd), named for the assertions."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Recorder:
+    """A scheduler's owner: records each round as (virtual time, the keys' names)."""
+
+    def __init__(self, slack: float = 0.0):
+        self.scheduler = WakeScheduler(self.due, slack)
+        self.rounds: list[tuple[float, list[str]]] = []
+        self.then = None  # called with (keys, now) after each round is recorded
+
+    def due(self, keys: list, now: float) -> None:
+        assert now == trio.current_time()
+        self.rounds.append((round(now, 6), [key.name for key in keys]))
+        if self.then is not None:
+            self.then(keys, now)
+
+
+@pytest.fixture
+async def recorder(nursery) -> Recorder:
+    recorder = Recorder()
+    nursery.start_soon(recorder.scheduler.run)
+    return recorder
+
+
+@pytest.fixture
+async def slack_recorder(nursery) -> Recorder:
+    recorder = Recorder(slack=0.1)
+    nursery.start_soon(recorder.scheduler.run)
+    return recorder
+
+
+async def test_a_key_is_handed_over_exactly_at_its_deadline(autojump_clock, recorder):
+    start = trio.current_time()
+    recorder.scheduler.wake_at(Key("a"), start + 1.5)
+    recorder.scheduler.wake_at(Key("b"), start + 0.5)
+    await trio.sleep(1.4999)
+    assert recorder.rounds == [(round(start + 0.5, 6), ["b"])]
+    await trio.sleep(1)
+    assert recorder.rounds[1:] == [(round(start + 1.5, 6), ["a"])]
+
+
+async def test_keys_due_together_come_in_one_round_in_deadline_order_ties_as_asked(autojump_clock, recorder):
+    start = trio.current_time()
+    for name, delay in (("late", 2.0), ("tie1", 1.0), ("tie2", 1.0), ("early", 0.5)):
+        recorder.scheduler.wake_at(Key(name), start + delay)
+    await trio.sleep(5)
+    assert recorder.rounds == [(round(start + 0.5, 6), ["early"]), (round(start + 1.0, 6), ["tie1", "tie2"]),
+                               (round(start + 2.0, 6), ["late"])]
+
+    recorder.rounds.clear()
+    now = trio.current_time()
+    for name in ("x", "y", "z"):
+        recorder.scheduler.wake_at(Key(name), now)  # due already: handed over at once
+    await trio.sleep(0.1)
+    assert recorder.rounds == [(round(now, 6), ["x", "y", "z"])]
+
+
+async def test_slack_hands_over_keys_due_that_soon_after_the_earliest_never_sooner(autojump_clock, slack_recorder):
+    start = trio.current_time()
+    for name, delay in (("first", 1.0), ("within", 1.1), ("beyond", 1.1001), ("its_own", 2.0)):
+        slack_recorder.scheduler.wake_at(Key(name), start + delay)
+    await trio.sleep(3)
+    assert slack_recorder.rounds == [(round(start + 1.0, 6), ["first", "within"]),
+                                     (round(start + 1.1001, 6), ["beyond"]),
+                                     (round(start + 2.0, 6), ["its_own"])]
+
+
+async def test_a_key_asked_again_keeps_the_sooner_wake_up(autojump_clock, recorder):
+    start = trio.current_time()
+    key = Key("k")
+    recorder.scheduler.wake_at(key, start + 2.0)
+    recorder.scheduler.wake_at(key, start + 3.0)  # later: kept at 2.0
+    await trio.sleep(5)
+    assert recorder.rounds == [(round(start + 2.0, 6), ["k"])]  # once: never at 3.0
+
+    recorder.rounds.clear()
+    start = trio.current_time()
+    recorder.scheduler.wake_at(key, start + 2.0)
+    await trio.sleep(1.0)
+    recorder.scheduler.wake_at(key, start + 1.5)  # sooner, while the task sleeps until 2.0
+    await trio.sleep(5)
+    assert recorder.rounds == [(round(start + 1.5, 6), ["k"])]  # once: the 2.0 entry went stale
+
+
+async def test_a_forgotten_key_is_never_handed_over_and_is_freed_at_once(autojump_clock, recorder):
+    start = trio.current_time()
+    key, other = Key("gone"), Key("other")
+    recorder.scheduler.wake_at(key, start + 1.0)
+    recorder.scheduler.wake_at(other, start + 2.0)
+    recorder.scheduler.forget(key)
+    recorder.scheduler.forget(Key("never asked"))  # harmless
+    freed = weakref.ref(key)
+    del key
+    gc.collect()
+    assert freed() is None  # while its stale entry is still in the heap
+    await trio.sleep(5)
+    assert recorder.rounds == [(round(start + 2.0, 6), ["other"])]
+
+
+async def test_a_key_handed_over_is_woken_again_only_when_asked_again(autojump_clock, recorder):
+    start = trio.current_time()
+    ticks = {"tick": 0}
+
+    def again(keys, now):
+        for key in keys:
+            ticks[key.name] += 1
+            if ticks[key.name] < 3:
+                recorder.scheduler.wake_at(key, now + 0.75)  # from the round, as the heartbeats do
+
+    recorder.then = again
+    recorder.scheduler.wake_at(Key("tick"), start + 0.5)
+    await trio.sleep(10)
+    assert recorder.rounds == [(round(start + t, 6), ["tick"]) for t in (0.5, 1.25, 2.0)]
+
+
+async def test_an_idle_scheduler_sleeps_until_asked(autojump_clock, recorder):
+    await trio.sleep(100)
+    assert recorder.rounds == []
+    start = trio.current_time()
+    recorder.scheduler.wake_at(Key("late"), start + 0.25)
+    await trio.sleep(1)
+    assert recorder.rounds == [(round(start + 0.25, 6), ["late"])]
