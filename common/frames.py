@@ -24,6 +24,9 @@ def encode_response(data: bytes) -> bytes:
     return encode_frame(FRAME_TYPE_RESPONSE, data)
 
 
+HEARTBEAT_FRAME = encode_response(HEARTBEAT)
+
+
 def encode_error(data: bytes) -> bytes:
     return encode_frame(FRAME_TYPE_ERROR, data)
 

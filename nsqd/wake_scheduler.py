@@ -25,10 +25,12 @@ Its timing rules (tests/test_nsqd_wake_scheduler.py checks each under trio's Moc
 Every clock read is trio's (``trio.current_time``, the one nsqd's I/O seam gives every timing
 rule: nsqd/io_backend.py), so trio.testing.MockClock drives the scheduler in the tests.
 
-Entries are dropped lazily: a heap entry holds a :class:`_Wake`, never the key itself; a sooner
-deadline or ``forget`` empties the key's current wake, so a stale entry is skipped when it comes
-up, and a forgotten key (a closed connection, a deleted channel) is freed at once rather than
-when its entry would have fallen due, up to two heartbeat intervals later.
+Entries are dropped lazily: a heap entry is ``(deadline, order, cell)``, the cell a one-item list
+holding the key, never the key itself; a sooner deadline or ``forget`` empties the key's current
+cell, so a stale entry is skipped when it comes up, and a forgotten key (a closed connection, a
+deleted channel) is freed at once rather than when its entry would have fallen due, up to two
+heartbeat intervals later. A wake-up is made of builtins only (a tuple, a list, an int): no
+Python code runs to make one, as one is made for every heartbeat.
 """
 
 import heapq
@@ -39,43 +41,34 @@ from collections.abc import Callable
 import trio
 
 
-class _Wake:
-    """A key's current wake-up: the heap's entry refers to it, the key to nothing else."""
-
-    __slots__ = ("key", "deadline")
-
-    def __init__(self, key, deadline: float):
-        self.key = key
-        self.deadline = deadline
-
-
 class WakeScheduler:
     def __init__(self, due: Callable[[list, float], None], slack: float = 0.0):
         self._due = due
         self._slack = slack
-        self._heap: list[tuple[float, int, _Wake]] = []
+        self._heap: list[tuple[float, int, list]] = []
         self._order = itertools.count()
-        self._wakes: dict[object, _Wake] = {}  # key -> its current wake
+        self._wakes: dict[object, tuple[float, int, list]] = {}  # key -> its current entry
         self._sooner = trio.Event()  # set when the earliest deadline moves earlier
 
     def wake_at(self, key, deadline: float) -> None:
         """Wake ``key`` at ``deadline``, unless it has a sooner wake-up already."""
-        wake = self._wakes.get(key)
-        if wake is not None:
-            if wake.deadline <= deadline:
+        wakes = self._wakes
+        entry = wakes.get(key)
+        if entry is not None:
+            if entry[0] <= deadline:
                 return
-            wake.key = None
-        wake = self._wakes[key] = _Wake(key, deadline)
+            entry[2][0] = None
+        entry = wakes[key] = (deadline, next(self._order), [key])
         heap = self._heap
         if not heap or deadline < heap[0][0]:
             self._sooner.set()
-        heapq.heappush(heap, (deadline, next(self._order), wake))
+        heapq.heappush(heap, entry)
 
     def forget(self, key) -> None:
         """Never wake ``key`` for what it asked so far."""
-        wake = self._wakes.pop(key, None)
-        if wake is not None:
-            wake.key = None
+        entry = self._wakes.pop(key, None)
+        if entry is not None:
+            entry[2][0] = None
 
     async def run(self) -> None:
         heap = self._heap
@@ -95,7 +88,7 @@ class WakeScheduler:
         """Every live key due by ``by``, in deadline order, with its wake-up gone."""
         heap, wakes, keys = self._heap, self._wakes, []
         while heap and heap[0][0] <= by:
-            key = heapq.heappop(heap)[2].key
+            key = heapq.heappop(heap)[2][0]
             if key is not None:
                 del wakes[key]
                 keys.append(key)

@@ -6,7 +6,7 @@ import struct
 import pytest
 import trio
 
-from common.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame
+from common.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, Frame
 
 from .helpers import RawClient
 
@@ -184,6 +184,19 @@ async def test_heartbeats_keep_coming_while_subscribed(nsqd):
     for _ in range(2):
         assert await client.read_any_frame(10) == Frame(FRAME_TYPE_RESPONSE, b"_heartbeat_")
         await client.send(b"NOP\n")
+
+
+async def test_a_heartbeat_goes_after_the_buffered_output_it_finds(nsqd):
+    """A message waiting for the output buffer's timeout goes first, flushed with the heartbeat
+    (an idle connection's heartbeat is written straight to its socket: nsqd/connection.py)."""
+    client = await RawClient.connect(nsqd.tcp_port)
+    assert await client.identify(heartbeat_interval=1000, output_buffer_timeout=20000) == b"OK"
+    await client.sub("t", "c", rdy=2)  # one message leaves room for more: it waits in the buffer
+    await publish(nsqd.tcp_port, "t", b"buffered")
+    with trio.fail_after(10):  # long before the buffer's timeout
+        first = await client.read_any_frame(10)
+        assert first.frame_type == FRAME_TYPE_MESSAGE and first.data.endswith(b"buffered")
+        assert await client.read_any_frame(10) == Frame(FRAME_TYPE_RESPONSE, b"_heartbeat_")
 
 
 async def test_disabled_heartbeats_refuse_sub(nsqd):
