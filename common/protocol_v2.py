@@ -172,6 +172,9 @@ class CommandParser:
         return self._avail
 
     def receive_data(self, data: bytes) -> None:
+        if not self._avail:  # all that came before is parsed: the usual read, one or more commands
+            self._buf, self._pos, self._avail, self._need = data, 0, len(data), 0
+            return
         if self._need and self._avail + len(data) < self._need:
             self._pending.append(data)
             self._avail += len(data)
@@ -227,7 +230,7 @@ class CommandParser:
 
     def next_event(self):
         """The next whole command, or NEED_DATA. Raises ClientError on bad input."""
-        if self._need:
+        if self._need or not self._avail:
             return NEED_DATA
         if self._magic_pending:
             if self._avail < 4:
