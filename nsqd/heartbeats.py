@@ -10,12 +10,13 @@ clients to miss their read deadlines and be dropped.
 
 Here one task (nsqd/wake_scheduler.py) keeps each connection's next visit and wakes once for
 every visit due within SLACK of the earliest. What a visit does is the connection's
-(Connection.visit, nsqd/connection.py): it writes the heartbeat if it is due (in one output
-batch for the round, nsqd/output_batch.py: straight to the sockets that take it, no writer
-woken) and closes the connection if it has been silent past its read deadline, which is
-checked exactly, never early, and says when to come back. A read deadline moves with every
-read, so the scheduler is not told: a visit finds the deadline as it is then, and comes back
-at it while it is still ahead. A connection that ends is forgotten, and freed at once.
+(Connection.visit, nsqd/connection.py): it writes the heartbeat if it is due (an idle
+connection's straight to its socket, one constant frame; one with output waiting, after it, in
+the round's output batch, nsqd/output_batch.py; no writer woken unless the socket is full) and
+closes the connection if it has been silent past its read deadline, which is checked exactly,
+never early, and says when to come back. A read deadline moves with every read, so the
+scheduler is not told: a visit finds the deadline as it is then, and comes back at it while it
+is still ahead. A connection that ends is forgotten, and freed at once.
 """
 
 import trio
