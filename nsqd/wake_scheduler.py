@@ -15,7 +15,7 @@ Its timing rules (tests/test_nsqd_wake_scheduler.py checks each under trio's Moc
   later one replaces it only after ``forget``). ``forget(key)`` cancels it.
 * A key is handed over once the clock has reached its deadline, never earlier than
   ``slack`` before it: the task wakes at the earliest deadline (a ``wake_at`` sooner than that
-  wakes it to sleep again until the new one; a later one costs a heap push), and takes every
+  wakes it to sleep again until the new one; a later one costs at most a heap push), and takes every
   key due by then plus ``slack`` in one round. With ``slack`` 0 nothing goes early.
 * A round's keys go to the owner's ``due(keys, now)`` in one call, in deadline order (ties in
   the order asked), with the clock read once for all of them, so the owner can batch what
@@ -25,16 +25,21 @@ Its timing rules (tests/test_nsqd_wake_scheduler.py checks each under trio's Moc
 Every clock read is trio's (``trio.current_time``, the one nsqd's I/O seam gives every timing
 rule: nsqd/io_backend.py), so trio.testing.MockClock drives the scheduler in the tests.
 
-Entries are dropped lazily: a heap entry is ``(deadline, order, cell)``, the cell a one-item list
-holding the key, never the key itself; a sooner deadline or ``forget`` empties the key's current
-cell, so a stale entry is skipped when it comes up, and a forgotten key (a closed connection, a
-deleted channel) is freed at once rather than when its entry would have fallen due, up to two
-heartbeat intervals later. A wake-up is made of builtins only (a tuple, a list, an int): no
-Python code runs to make one, as one is made for every heartbeat.
+The heap holds each distinct deadline once, a float; beside it, the keys due at each deadline,
+in the order asked. Keys handed over in one round and asked again for the same time (every
+connection of a round of heartbeats at the same interval: ``now + interval``) share one deadline,
+so they cost the heap one push and, when due, one pop: a heap entry per key made every heartbeat
+sift a heap as deep as there are connections, through memory an idle nsqd has not touched since
+the last round.
+
+Keys are dropped lazily: a key's wake-up is a cell, ``[key, deadline]``; a sooner deadline or
+``forget`` empties the key's current cell, so a stale one is skipped when its deadline comes up,
+and a forgotten key (a closed connection, a deleted channel) is freed at once rather than when
+its deadline would have come, up to two heartbeat intervals later. A wake-up is made of
+builtins only: no Python code runs to make one, as one is made for every heartbeat.
 """
 
 import heapq
-import itertools
 import math
 from collections.abc import Callable
 
@@ -45,36 +50,41 @@ class WakeScheduler:
     def __init__(self, due: Callable[[list, float], None], slack: float = 0.0):
         self._due = due
         self._slack = slack
-        self._heap: list[tuple[float, int, list]] = []
-        self._order = itertools.count()
-        self._wakes: dict[object, tuple[float, int, list]] = {}  # key -> its current entry
+        self._deadlines: list[float] = []  # a heap, each deadline once
+        self._cells: dict[float, list[list]] = {}  # deadline -> the cells due then, in the order asked
+        self._wakes: dict[object, list] = {}  # key -> its current cell, [key, deadline]
         self._sooner = trio.Event()  # set when the earliest deadline moves earlier
 
     def wake_at(self, key, deadline: float) -> None:
         """Wake ``key`` at ``deadline``, unless it has a sooner wake-up already."""
         wakes = self._wakes
-        entry = wakes.get(key)
-        if entry is not None:
-            if entry[0] <= deadline:
+        cell = wakes.get(key)
+        if cell is not None:
+            if cell[1] <= deadline:
                 return
-            entry[2][0] = None
-        entry = wakes[key] = (deadline, next(self._order), [key])
-        heap = self._heap
-        if not heap or deadline < heap[0][0]:
+            cell[0] = None
+        cell = wakes[key] = [key, deadline]
+        due_then = self._cells.get(deadline)
+        if due_then is not None:
+            due_then.append(cell)
+            return
+        self._cells[deadline] = [cell]
+        deadlines = self._deadlines
+        if not deadlines or deadline < deadlines[0]:
             self._sooner.set()
-        heapq.heappush(heap, entry)
+        heapq.heappush(deadlines, deadline)
 
     def forget(self, key) -> None:
         """Never wake ``key`` for what it asked so far."""
-        entry = self._wakes.pop(key, None)
-        if entry is not None:
-            entry[2][0] = None
+        cell = self._wakes.pop(key, None)
+        if cell is not None:
+            cell[0] = None
 
     async def run(self) -> None:
-        heap = self._heap
+        deadlines = self._deadlines
         while True:
             self._sooner = trio.Event()
-            earliest = heap[0][0] if heap else math.inf
+            earliest = deadlines[0] if deadlines else math.inf
             if earliest > trio.current_time():
                 with trio.move_on_at(earliest):
                     await self._sooner.wait()
@@ -86,10 +96,10 @@ class WakeScheduler:
 
     def _take_due(self, by: float) -> list:
         """Every live key due by ``by``, in deadline order, with its wake-up gone."""
-        heap, wakes, keys = self._heap, self._wakes, []
-        while heap and heap[0][0] <= by:
-            key = heapq.heappop(heap)[2][0]
-            if key is not None:
-                del wakes[key]
-                keys.append(key)
+        deadlines, cells, wakes, keys = self._deadlines, self._cells, self._wakes, []
+        while deadlines and deadlines[0] <= by:
+            for key, _ in cells.pop(heapq.heappop(deadlines)):
+                if key is not None:
+                    del wakes[key]
+                    keys.append(key)
         return keys

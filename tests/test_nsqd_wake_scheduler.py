@@ -141,3 +141,15 @@ async def test_an_idle_scheduler_sleeps_until_asked(autojump_clock, recorder):
     recorder.scheduler.wake_at(Key("late"), start + 0.25)
     await trio.sleep(1)
     assert recorder.rounds == [(round(start + 0.25, 6), ["late"])]
+
+
+async def test_keys_sharing_a_deadline_each_come_once_even_after_a_forget_and_a_second_ask(autojump_clock, recorder):
+    start = trio.current_time()
+    again, gone, other = Key("again"), Key("gone"), Key("other")
+    for key in (again, gone, other):
+        recorder.scheduler.wake_at(key, start + 1.0)
+    recorder.scheduler.forget(again)
+    recorder.scheduler.forget(gone)
+    recorder.scheduler.wake_at(again, start + 1.0)  # the same deadline, asked anew: after "other"
+    await trio.sleep(5)
+    assert recorder.rounds == [(round(start + 1.0, 6), ["other", "again"])]
