@@ -15,8 +15,11 @@ checkout's (same venv), a fresh daemon each; stdout gets the medians, their rati
 average before and after.
 
 --callgrind: nsqd runs under valgrind, and the figure is its instructions per heartbeat over the
-window (one round is enough: they barely vary); keep the heartbeats to a few hundred a second
-(e.g. --consumers=1000 --heartbeat-interval=10s --window=20s) so the slowed nsqd keeps up.
+window; keep the heartbeats to a few hundred a second (e.g. --consumers=1000
+--heartbeat-interval=10s --window=20s) so the slowed nsqd keeps up. The count depends on how many
+heartbeats share a wake-up of nsqd's, which the machine's load changes (code a small change apart
+gave 84,000 and 53,000 at loads ~7 and 14, with 963 and 324 epoll waits): compare daemons
+measured at once.
 """
 
 import argparse
