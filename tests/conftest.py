@@ -12,7 +12,8 @@ from .helpers import NsqdProcess
 # The modules whose tests exercise client connections (protocol, delivery, heartbeats,
 # timeouts, durability): each of their tests runs once with each nsqd I/O backend
 # (nsqd/io_backend.py: "auto" is the epoll fast path on Linux, "portable" trio's streams).
-# Every other test runs on "auto". NSQD_IO_BACKEND=portable (or auto) runs every test on
+# Every other test runs on "auto". A test about one backend's own mechanism says which with
+# ``@pytest.mark.io_backends("auto")``. NSQD_IO_BACKEND=portable (or auto) runs every test on
 # that one backend.
 BOTH_IO_BACKENDS = {
     "test_nsqd_auth", "test_nsqd_compression", "test_nsqd_dead_letter", "test_nsqd_deferred_store",
@@ -27,7 +28,8 @@ ONE_IO_BACKEND = os.environ.get("NSQD_IO_BACKEND", "")
 def pytest_generate_tests(metafunc):
     if ONE_IO_BACKEND or metafunc.module.__name__.rpartition(".")[2] not in BOTH_IO_BACKENDS:
         return
-    metafunc.parametrize("io_backend", IO_BACKENDS, indirect=True)
+    only = metafunc.definition.get_closest_marker("io_backends")
+    metafunc.parametrize("io_backend", only.args if only else IO_BACKENDS, indirect=True)
 
 
 @pytest.fixture(autouse=True)

@@ -174,11 +174,10 @@ async def test_an_unexpected_error_in_a_command_ends_that_connection_only(nsqd):
     await assert_server_healthy(nsqd)
 
 
-async def test_each_read_of_a_round_is_answered_before_the_next_read_is_executed(nsqd, io_backend):
+@pytest.mark.io_backends("auto")  # the portable backend reads each connection in its own task
+async def test_each_read_of_a_round_is_answered_before_the_next_read_is_executed(nsqd):
     """nsqd answers each connection from its own goroutine: a publisher waiting for its OK has it
     while the poller goes on to the round's other reads, rather than after all of them."""
-    if io_backend != "auto":
-        pytest.skip("the portable backend reads each connection in its own task and writes from its writer")
     clients = [await RawClient.connect(nsqd.tcp_port) for _ in range(3)]
     for client in clients:  # each connection is parked in the poller, the topic made
         await client.send(pub("t", b"first"))
