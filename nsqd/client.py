@@ -159,11 +159,12 @@ class Client:
         self.flush_now = False
         return data
 
-    def keep_unsent(self, data: bytearray, sent: int) -> None:
-        """Taken output of which only ``sent`` bytes went: the rest goes first, and at once."""
-        del data[:sent]
-        data += self.out
-        self.out = data
+    def keep_unsent(self, data: bytes | bytearray, sent: int) -> None:
+        """Taken output (or a frame sent straight) of which only ``sent`` bytes went: the rest
+        goes first, and at once."""
+        rest = bytearray(memoryview(data)[sent:])
+        rest += self.out
+        self.out = rest
         self.flush_now = True
 
     def discard_output(self) -> None:
@@ -278,8 +279,9 @@ class Client:
         how many were finished."""
         in_flight, capped, latency = self.in_flight, self._capped, self.channel.e2e_latency
         processing = self.channel.processing_time
-        if processing is not None:
-            now = processing.now()  # once for the run: its FINs came in one read
+        # the clocks are read once for the run: its FINs came in one read
+        finished_ns = time.time_ns() if latency is not None else 0
+        now = processing.now() if processing is not None else 0.0
         done = 0
         for msg_id in ids:
             msg = in_flight.pop(msg_id, None)
@@ -288,7 +290,7 @@ class Client:
             if capped:
                 capped.pop(msg_id, None)
             if latency is not None:
-                latency.insert(TIMESTAMP_ATTEMPTS.unpack_from(msg.message)[0], time.time_ns())
+                latency.insert(TIMESTAMP_ATTEMPTS.unpack_from(msg.message)[0], finished_ns)
             if processing is not None:
                 processing.finished(msg.delivered_at, now)
             done += 1

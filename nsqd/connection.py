@@ -246,13 +246,17 @@ class Connection:
         if not client.flush_now or not self._direct or self._sending:
             self._output_changed.set()
             return
-        data = client.take_output()
+        self._send_now(client.take_output())
+
+    def _send_now(self, data: bytes | bytearray) -> None:
+        """One non-blocking write of ``data`` (the output taken, nothing else waiting to go); what
+        the socket did not take goes back to the client's output for the writer."""
         try:
             sent = self.backend.send_now(data)
         except OSError:  # would block, or the socket failed: the writer retries and reports
             sent = 0
         if sent < len(data):
-            client.keep_unsent(data, sent)
+            self.client.keep_unsent(data, sent)
             self._output_changed.set()
         else:
             self._drained.set()
@@ -387,13 +391,7 @@ class Connection:
         if client.out or not self._direct or self._sending or self._closing:
             client.send_heartbeat()
             return
-        try:
-            sent = self.backend.send_now(HEARTBEAT_FRAME)
-        except OSError:  # would block, or the socket failed: the writer retries and reports
-            sent = 0
-        if sent < len(HEARTBEAT_FRAME):
-            client.keep_unsent(bytearray(HEARTBEAT_FRAME), sent)
-            self._output_changed.set()
+        self._send_now(HEARTBEAT_FRAME)
 
 
 def _execute_until_wait(parser, execute, refill):

@@ -90,7 +90,7 @@ class Topic:
 
     def _count(self, bodies: list[bytes]) -> None:
         self.message_count += len(bodies)
-        self.message_bytes += len(b"".join(bodies))  # half what summing each len costs: no int a body
+        self.message_bytes += sum(map(len, bodies))
 
     def publish_deferred(self, body: bytes, timestamp_ns: int, delay: float) -> None:
         if delay <= 0:  # nsqd's topic pump defers only a message whose deferral is not 0
