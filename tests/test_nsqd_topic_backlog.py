@@ -62,7 +62,9 @@ async def test_held_deferred_message_waits_its_delay_from_when_a_channel_takes_i
     assert topic["depth"] == 0
     (channel,) = topic["channels"]
     assert (channel["deferred_count"], channel["message_count"], channel["depth"]) == (1, 52, 0)
-    await consumer.assert_no_frame(DEFER_MS / 1000 - 0.25 - (trio.current_time() - subscribed))
+    # On a loaded machine reading the backlog can take longer than the delay itself; the arrival
+    # time checked below is what shows the delay started at the subscription.
+    await consumer.assert_no_frame(max(0.0, DEFER_MS / 1000 - 0.25 - (trio.current_time() - subscribed)))
     message = await consumer.read_message(timeout=2)
     assert message.body == b"deferred"
     assert trio.current_time() - subscribed >= DEFER_MS / 1000 - 0.05
