@@ -74,7 +74,11 @@ def test_nsqadmin_runs_with_the_history_off(venv, tmp_path):
                                        f"--stats-dir={tmp_path / 'stats'}"], ("HTTP",), [str(venv / "nsqadmin")])
     try:
         wait_for(lambda: HISTORY_OFF in admin.log(), what="the history-off warning")
-        health = httpx.get(f"http://127.0.0.1:{admin.ports['HTTP']}/api/health")
+        base = f"http://127.0.0.1:{admin.ports['HTTP']}"
+        health = httpx.get(f"{base}/api/health")
         assert health.status_code == 503 and health.json()["message"].startswith("HISTORY_OFF: ")
+        # the web UI's templates and static files are installed with the package, not only in a checkout
+        assert "nsqadmin.css" in httpx.get(f"{base}/topics").text
+        assert httpx.get(f"{base}/static/nsqadmin.css").status_code == 200
     finally:
         assert admin.stop() == 0
