@@ -26,22 +26,45 @@ def task_count(task=None) -> int:
     return 1 + sum(task_count(child) for nursery in task.child_nurseries for child in nursery.child_tasks)
 
 
-class RawClient:
-    """A V2 client on a real trio socket: send raw bytes, read whole frames."""
+class LoopbackConnection:
+    """A connection to a daemon on a real trio socket: its protocol's magic, raw sends, and reads
+    that feed the protocol's sans-IO reader until it has what is wanted."""
 
-    def __init__(self, stream: trio.SocketStream):
+    MAGIC = b""
+    DAEMON = ""
+
+    def __init__(self, stream: trio.SocketStream, reader):
         self.stream = stream
-        self.reader = FrameReader()
+        self.reader = reader
 
     @classmethod
-    async def connect(cls, port: int, magic: bool = True) -> "RawClient":
-        client = cls(await trio.open_tcp_stream("127.0.0.1", port))
+    async def connect(cls, port: int, magic: bool = True):
+        connection = cls(await trio.open_tcp_stream("127.0.0.1", port))
         if magic:
-            await client.send(MAGIC_V2)
-        return client
+            await connection.send(cls.MAGIC)
+        return connection
 
     async def send(self, data: bytes) -> None:
         await self.stream.send_all(data)
+
+    async def receive_until(self, parsed):
+        """What ``parsed()`` gives once it gives something; EOFError once the daemon has closed."""
+        while (item := parsed()) is None:
+            data = await self.stream.receive_some(65536)
+            if not data:
+                raise EOFError(f"connection closed by {self.DAEMON}")
+            self.reader.receive_data(data)
+        return item
+
+
+class RawClient(LoopbackConnection):
+    """A V2 client on a real trio socket: send raw bytes, read whole frames."""
+
+    MAGIC = MAGIC_V2
+    DAEMON = "nsqd"
+
+    def __init__(self, stream: trio.SocketStream):
+        super().__init__(stream, FrameReader())
 
     async def read_frame(self, timeout: float = 5.0) -> Frame:
         """The next frame that is not a heartbeat."""
@@ -54,12 +77,7 @@ class RawClient:
     async def read_any_frame(self, timeout: float = 5.0) -> Frame:
         """The next frame, heartbeats included; EOFError once nsqd has closed the connection."""
         with trio.fail_after(timeout):
-            while (frame := self.reader.next_frame()) is None:
-                data = await self.stream.receive_some(65536)
-                if not data:
-                    raise EOFError("connection closed by nsqd")
-                self.reader.receive_data(data)
-        return frame
+            return await self.receive_until(self.reader.next_frame)
 
     async def read_response(self) -> bytes:
         frame = await self.read_frame()

@@ -11,7 +11,7 @@ from common.protocol_v1 import MAGIC_V1, Identify, Ping, Register, ResponseReade
 from nsqlookupd.nsqlookupd import NSQLookupd
 from nsqlookupd.options import default_options
 
-from .helpers import DaemonProcess
+from .helpers import DaemonProcess, LoopbackConnection
 from .waiting import await_until as wait_until  # noqa: F401 (the name the lookupd tests import)
 
 SECOND = 10**9
@@ -36,33 +36,20 @@ def peer_info(n: int = 1, **overrides) -> dict:
             "tcp_port": 4150 + 10 * n, "version": "1.3.0", **overrides}
 
 
-class Peer:
+class Peer(LoopbackConnection):
     """An nsqd as nsqlookupd sees it: a V1 connection on a real socket."""
 
+    MAGIC = MAGIC_V1
+    DAEMON = "nsqlookupd"
+
     def __init__(self, stream: trio.SocketStream):
-        self.stream = stream
-        self.reader = ResponseReader()
+        super().__init__(stream, ResponseReader())
         sockname = stream.socket.getsockname()
         self.address = f"{sockname[0]}:{sockname[1]}"  # nsqlookupd's id for this peer
 
-    @classmethod
-    async def connect(cls, port: int, magic: bool = True) -> "Peer":
-        peer = cls(await trio.open_tcp_stream("127.0.0.1", port))
-        if magic:
-            await peer.send(MAGIC_V1)
-        return peer
-
-    async def send(self, data: bytes) -> None:
-        await self.stream.send_all(data)
-
     async def read(self, timeout: float = 5.0) -> bytes:
         with trio.fail_after(timeout):
-            while (reply := self.reader.next_response()) is None:
-                data = await self.stream.receive_some(65536)
-                if not data:
-                    raise EOFError("connection closed by nsqlookupd")
-                self.reader.receive_data(data)
-            return reply
+            return await self.receive_until(self.reader.next_response)
 
     async def command(self, command) -> bytes:
         await self.send(command.to_bytes())
