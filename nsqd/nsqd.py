@@ -90,6 +90,7 @@ class NSQD:
         self._sync_due: set[DiskQueue] = set()
         self._used: set[DiskQueue] = set()  # read or written since the last timed sync round (or new)
         self._sync_wanted = trio.Event()
+        self._used_again = trio.Event()  # set when a queue is used while none was since the last round
         self._queue_meta_due: dict[DiskQueue, SyncJob] = {}  # each queue's newest fsynced snapshot
         self._exit_syncs: list[SyncJob] = []  # the closed disk queues' syncs, run at the end of a graceful stop
         self._queue_meta_wanted = trio.Event()
@@ -498,7 +499,7 @@ class NSQD:
                           self.opts.max_msg_size + MIN_MESSAGE_LENGTH, self.deferred_store.write_through,
                           self.file_remover.remove)
         self._diskqueues.add(queue)
-        self._used.add(queue)
+        self._note_used(queue)
         return queue
 
     def forget_diskqueue(self, queue: DiskQueue) -> None:
@@ -515,10 +516,15 @@ class NSQD:
 
     def disk_used(self, queue: DiskQueue) -> None:
         """A disk queue read or wrote: sync after --sync-every operations."""
-        self._used.add(queue)
+        self._note_used(queue)
         if queue.writes_since_sync >= self.opts.sync_every:
             self._sync_due.add(queue)
             self._sync_wanted.set()
+
+    def _note_used(self, queue: DiskQueue) -> None:
+        if not self._used:
+            self._used_again.set()
+        self._used.add(queue)
 
     def disk_failed(self, name: str, exc: OSError) -> None:
         self._health_error = f"{name}: {exc.strerror or exc}"
@@ -536,8 +542,14 @@ class NSQD:
         every --sync-timeout for a queue with any unsynced operation. A round snapshots its
         queues at once, fsyncs them and ends the waits of the publishers it covers
         (nsqd/group_commit.py); their metadata is written meanwhile by ``_queue_meta_loop``,
-        so publishers wait for the data's fsync only."""
+        so publishers wait for the data's fsync only. While no queue has been used since the
+        last round there is nothing to sync, and the loop sleeps until one is (Go's diskqueues
+        each wake every 2 s to find they are not dirty): then its timed round comes at most
+        --sync-timeout after that use, as it would at a fixed pace."""
         while True:
+            if not self._used and not self._sync_due:
+                self._used_again = trio.Event()
+                await self._used_again.wait()
             with trio.move_on_after(self.opts.sync_timeout):
                 await self._sync_wanted.wait()
             self._sync_wanted = trio.Event()
@@ -548,11 +560,12 @@ class NSQD:
                 self._used = set()
             sync_round = self.group_commit.begin_round()
             jobs = [queue.prepare_sync() for queue in due if queue in self._diskqueues]
-            flushed, errors = await self._in_threads(SyncJob.flush, jobs, self.sync_limiter)
+            flushed, errors = await self._in_threads(SyncJob.flush, jobs, self.sync_limiter) if jobs else ([], [])
             self.group_commit.end_round(sync_round, errors[0] if errors else None)
             for job in flushed:
                 self._queue_meta_due[job.queue] = job
-            self._queue_meta_wanted.set()
+            if flushed:
+                self._queue_meta_wanted.set()
 
     async def _queue_meta_loop(self) -> None:
         """Write each disk queue's newest fsynced metadata snapshot, one write at a time."""

@@ -1,10 +1,13 @@
 """What an idle topic or channel costs nsqd: no task of its own (bench/bench_scale.py measures the
 memory). A topic's pump runs only while it has a backlog to hand on, and the channels' deferred
-messages share one timer (nsqd/deferred_timer.py), which lets go of a deleted channel at once."""
+messages share one timer (nsqd/deferred_timer.py), which lets go of a deleted channel at once. Nor
+does the disk queues' sync loop wake while no queue has been read or written since its last round."""
 
 import gc
 import time
 import weakref
+
+import trio
 
 from .helpers import task_count
 from .waiting import await_until
@@ -55,3 +58,16 @@ async def test_deferred_messages_come_due_in_each_channel_and_a_deleted_channel_
     topic.delete_channel("later")
     gc.collect()
     assert gone() is None
+
+
+async def test_the_sync_loop_sleeps_while_no_disk_queue_is_used_and_syncs_a_write_within_the_timeout(start_nsqd):
+    nsqd = await start_nsqd(sync_timeout=0.05, mem_queue_size=0)
+    nsqd.get_topic("synced").get_channel("c")  # new disk queues count as used
+    await await_until(lambda: not nsqd._used, what="the timed round after the new queues")
+    rounds = nsqd.group_commit.rounds
+    await trio.sleep(0.5)  # ten --sync-timeouts with nothing read or written
+    assert nsqd.group_commit.rounds == rounds
+    queue = nsqd.topics["synced"].channels["c"].queue.backend
+    nsqd.topics["synced"].publish([b"to disk"], time.time_ns())
+    await await_until(lambda: (queue.depth, queue.writes_since_sync) == (1, 0) and nsqd.group_commit.rounds > rounds,
+                      what="the message on disk, fsynced by a timed round")
