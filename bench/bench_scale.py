@@ -24,7 +24,8 @@ directory. In turn, with nsqd's RSS read after each step:
 
 Then it waits for quiet (nsqd's CPU under QUIET_SHARE of a core over QUIET_SPAN, at most
 QUIET_LIMIT), and watches for --window: nsqd's idle CPU (utime + stime from /proc/<pid>/stat) over
-the window, its RSS (VmRSS) and PSS (smaps_rollup) at the window's end. Each round is logged to
+the window, how often it went to sleep and woke (the voluntary context switches of all its threads,
+each a wait for a timer or a socket that ended), its RSS (VmRSS) and PSS (smaps_rollup) at the window's end. Each round is logged to
 stderr as it ends; stdout gets a Markdown table of the medians, ours/Go, with the cost of each step
 (bytes per message, per topic or channel, per consumer, from the RSS the step added) and the load
 average. The daemons are killed at the end of a round (a graceful stop would write every message
@@ -92,6 +93,7 @@ class Round(NamedTuple):
     rss_kib: int  # at the end of the idle window
     pss_kib: int
     idle_cpu_share: float  # of one core, over the window
+    wakeups_per_second: float  # voluntary context switches over the window, all threads
     quiet_after: float  # seconds from the last consumer's SUB until quiet
 
 
@@ -112,6 +114,18 @@ def pss_kib(pid: int) -> int:
         if line.startswith("Pss:"):
             return int(line.split()[1])
     raise RuntimeError("no Pss")
+
+
+def voluntary_switches(pid: int) -> int:
+    """Voluntary context switches of every thread of ``pid`` so far: its waits that ended."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:  # the thread ended
+            continue
+        total += int(status.split("\nvoluntary_ctxt_switches:", 1)[1].split()[0])
+    return total
 
 
 def write_topics(data_path: str, scene: Scene) -> None:
@@ -191,9 +205,9 @@ def one_round(daemon: Daemon, scene: Scene) -> Round:
                                       stop, results)
             consumers_kib = settled_rss(proc.pid)
             quiet_after = wait_for_quiet(proc.pid)
-            cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+            cpu0, switches0, t0 = cpu_seconds(proc.pid), voluntary_switches(proc.pid), time.monotonic()
             time.sleep(scene.window)
-            cpu1, t1 = cpu_seconds(proc.pid), time.monotonic()
+            cpu1, switches1, t1 = cpu_seconds(proc.pid), voluntary_switches(proc.pid), time.monotonic()
             rss, pss = rss_kib(proc.pid), pss_kib(proc.pid)
             if proc.poll() is not None:
                 raise RuntimeError(f"{daemon.name}'s nsqd exited with {proc.returncode}")
@@ -209,13 +223,15 @@ def one_round(daemon: Daemon, scene: Scene) -> Round:
     lost = sum(count["lost"] for count in counts)
     if lost:
         raise RuntimeError(f"{lost} consumers were disconnected while idle")
-    return Round(baseline, topics_kib, messages_kib, consumers_kib, rss, pss, (cpu1 - cpu0) / (t1 - t0), quiet_after)
+    return Round(baseline, topics_kib, messages_kib, consumers_kib, rss, pss, (cpu1 - cpu0) / (t1 - t0),
+                 (switches1 - switches0) / (t1 - t0), quiet_after)
 
 
 def round_text(result: Round, scene: Scene) -> str:
     costs = step_costs(result, scene)
     return (f"RSS {result.rss_kib / 1024:.1f} MiB, PSS {result.pss_kib / 1024:.1f} MiB, idle CPU "
-            f"{result.idle_cpu_share * 100:.2f}% of a core (quiet after {result.quiet_after:.1f}s); baseline "
+            f"{result.idle_cpu_share * 100:.2f}% of a core, {result.wakeups_per_second:.0f} wake-ups/s (quiet after "
+            f"{result.quiet_after:.1f}s); baseline "
             f"{result.baseline_kib / 1024:.1f} MiB, per topic or channel {costs[0]:,.0f} B, per message "
             f"{costs[1]:,.0f} B, per consumer {costs[2]:,.0f} B")
 
@@ -239,6 +255,7 @@ def median_row(rounds: list[Round], scene: Scene) -> dict[str, float]:
         "RSS, MiB": statistics.median(result.rss_kib for result in rounds) / 1024,
         "PSS, MiB": statistics.median(result.pss_kib for result in rounds) / 1024,
         "idle CPU, % of a core": statistics.median(result.idle_cpu_share for result in rounds) * 100,
+        "idle wake-ups, per s": statistics.median(result.wakeups_per_second for result in rounds),
         "baseline RSS, MiB": statistics.median(result.baseline_kib for result in rounds) / 1024,
         "RSS per idle topic or channel, B": statistics.median(cost[0] for cost in costs),
         "RSS per queued message, B": statistics.median(cost[1] for cost in costs),
