@@ -122,6 +122,9 @@ def _duration_ms(ms: int) -> float:
     return ns // _NS_PER_MS if ns % _NS_PER_MS == 0 else ns / _NS_PER_MS
 
 
+_NOP_LINE = b"NOP\n"
+
+
 def _invalid(description: str) -> ClientError:
     return ClientError("E_INVALID", description)
 
@@ -189,6 +192,17 @@ class CommandParser:
         self._pos = 0
         self._avail = len(data)
         self._need = 0
+
+    def take_lone_nop(self, data: bytes) -> bool:
+        """Take a read that is one NOP and nothing more, arriving with nothing buffered, as
+        ``receive_data`` and ``next_event`` would (a NOP is allowed in every state, except before
+        the magic and while TLS is required): True if it was, and there is no event to execute,
+        as a NOP does nothing; else False, and nothing was taken. A consumer's answer to a
+        heartbeat is most of what an idle server reads."""
+        if data != _NOP_LINE or self._avail or self._magic_pending or self._commands is not self._all_commands:
+            return False
+        self._topic_announced = False
+        return True
 
     def take_buffered(self) -> bytes:
         """Hand back every byte received but not parsed (the connection changes layers)."""

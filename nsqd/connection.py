@@ -177,12 +177,16 @@ class Connection:
         connection's task: what to await first (a coroutine, or None), or a command's error."""
         self._read_since = now
         parser = self._parser
-        parser.receive_data(data)
-        try:
-            pending = _execute_until_wait(parser, self._execute, self._refill)
-        except ClientError as err:
-            # raised again in the task; its traceback here would tie these frames into a cycle
-            return outcome.Error(err.with_traceback(None))
+        if not self.protocol.unanswered and parser.take_lone_nop(data):  # a heartbeat's answer: nothing to do
+            pending = None
+            self._refill()
+        else:
+            parser.receive_data(data)
+            try:
+                pending = _execute_until_wait(parser, self._execute, self._refill)
+            except ClientError as err:
+                # raised again in the task; its traceback here would tie these frames into a cycle
+                return outcome.Error(err.with_traceback(None))
         if pending is not None or self.protocol.unanswered or len(self.client.out) > OUTPUT_HIGH_WATER:
             return outcome.Value(pending)
         if self._noted:

@@ -753,3 +753,29 @@ def test_sub_with_heartbeats_disabled_is_refused_before_its_parameters_are_read(
     with pytest.raises(ClientError) as info:
         parser.next_event()
     assert str(info.value) == "E_INVALID cannot SUB with heartbeats disabled"
+
+
+def test_a_lone_nop_is_taken_whole_in_any_state_once_the_magic_is_read():
+    parser = CommandParser()
+    assert not parser.take_lone_nop(b"NOP\n")  # the magic comes first
+    parser.receive_data(b"  V2")
+    assert parser.next_event() is NEED_DATA
+    for state in (State.INIT, State.SUBSCRIBED, State.CLOSING):
+        parser.state = state
+        assert parser.take_lone_nop(b"NOP\n")
+        assert (parser.buffered, parser.next_event()) == (0, NEED_DATA)
+
+
+@pytest.mark.parametrize("read", [b"NOP\r\n", b"NOP\nNOP\n", b"NOP", b"RDY 1\n"])
+def test_a_read_that_is_not_one_nop_is_left_to_the_parser(read):
+    parser = CommandParser(expect_magic=False)
+    assert not parser.take_lone_nop(read)
+    assert parser.buffered == 0
+
+
+def test_a_nop_after_bytes_already_buffered_or_before_tls_is_left_to_the_parser():
+    parser = CommandParser(expect_magic=False)
+    parser.receive_data(b"PU")
+    assert not parser.take_lone_nop(b"NOP\n")
+    assert parser.buffered == 2
+    assert not CommandParser(expect_magic=False, tls_required=True).take_lone_nop(b"NOP\n")
