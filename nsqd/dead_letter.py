@@ -111,6 +111,8 @@ class DeadLetters:
 
     def channel_stats(self, channel) -> dict:
         """/stats keys beyond NSQ's, where a limit applies or letters were moved."""
+        if not (self.default_limit or self.overrides or self.counts):  # no limit anywhere: the common case
+            return {}
         limit = self.limit(channel)
         if not limit and channel not in self.counts:
             return {}

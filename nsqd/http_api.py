@@ -190,7 +190,8 @@ class HTTPAPI:
 
     async def stats(self, request: Request, shown_topics=None) -> Response:
         """``shown_topics``: with --http-auth-required, which topics the caller may see. Built and
-        encoded a topic at a time (nsqd/slices.py): 10,000 topics at once held every client."""
+        encoded a topic at a time (nsqd/slices.py), the body the chunks it was built in (nsqd/chunks.py):
+        10,000 topics at once held every client."""
         query = parse_query(request.query)
 
         def first(name: str) -> str:
@@ -202,7 +203,8 @@ class HTTPAPI:
         if first("format") == "json":
             body = await in_slices(stats.encoded_steps(steps, stats.json_steps))
             return Response(200, body, [V1_HEADER, JSON_TYPE])  # v1_ok's, for a document
-        return v1_ok(await in_slices(stats.encoded_steps(steps, stats.stats_text_steps, time.time())))
+        body = await in_slices(stats.encoded_steps(steps, stats.stats_text_steps, time.time()))
+        return Response(200, body, [V1_HEADER, TEXT_TYPE])  # v1_ok's, for text (never empty)
 
     async def metrics(self, request: Request, shown_topics=None) -> Response:
         """Prometheus text exposition (beyond NSQ): plain, without the V1 header."""

@@ -68,6 +68,8 @@ class MessageTTL:
         own = self.overrides.get(topic.name)
         if own is not None:
             return own
+        if not self.default_ns:
+            return 0
         return 0 if self.nsqd.dead_letters.is_dead_letter_topic(topic.name) else self.default_ns
 
     def set(self, topic, ttl_ns: int | None) -> None:
@@ -100,6 +102,8 @@ class MessageTTL:
 
     def _shown(self, topic) -> bool:
         """Whether /stats shows the topic's TTL keys: it has a TTL, or dropped messages once."""
+        if not (self.default_ns or self.overrides or self.expired):  # no TTL anywhere: /stats of 10,000 topics
+            return False
         return bool(self.ttl_ns(topic)) or topic in self.expired or any(
             channel in self.expired for channel in topic.channels.values())
 

@@ -14,6 +14,7 @@ import functools
 from common import VERSION
 
 from . import stats
+from .chunks import Chunks
 from .slices import Steps, released_steps
 
 CONTENT_TYPE = ("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -71,14 +72,14 @@ ROWS_A_STEP = 200
 LATENCY_HELP = "End-to-end processing latency (publish to FIN) at a quantile, over the latency window."
 
 
-def exposition_steps(nsqd, shown_topics=None) -> Steps[bytes]:
+def exposition_steps(nsqd, shown_topics=None) -> Steps[list[bytes]]:
     """The whole /metrics page (of the topics ``shown_topics`` allows, if given), encoded, in steps of
-    a topic or ROWS_A_STEP rows (nsqd/slices.py)."""
+    a topic or ROWS_A_STEP rows (nsqd/slices.py), as the chunks it was built in (nsqd/chunks.py)."""
     document = yield from stats.stats_document_steps(nsqd, "", "", include_clients=False, include_mem=True,
                                                      shown_topics=shown_topics)
     topics = document["topics"]
-    channels = [(topic, channel) for topic in topics for channel in topic["channels"]]
-    out = _Lines()
+    channels, topic_keys, channel_keys = yield from _rows_steps(topics)
+    out = Chunks()  # a chunk a step: joining and encoding 12 MB at the end held the loop 25 ms
     family = functools.partial(_family, out)
     yield from family("nsq_info", "gauge", "nsqd's version; always 1.", [(f'version="{VERSION}"', 1)])
     yield from family("nsq_healthy", "gauge", "1 if nsqd is healthy (GET /ping answers OK).",
@@ -94,14 +95,14 @@ def exposition_steps(nsqd, shown_topics=None) -> Steps[bytes]:
     yield from family("nsq_channel_e2e_processing_latency_seconds", "gauge", LATENCY_HELP,
                       channels, lambda pair: _latency(_channel_labels(*pair), pair[1]))
     for name, kind, key, scale, text in BEYOND_TOPIC_METRICS:
-        if any(key in topic for topic in topics):
+        if key in topic_keys:
             yield from family(name, kind, text, topics,
                               lambda topic: [(_topic_labels(topic), _number(topic[key] * scale))] if key in topic else [])
-    timed = [(topic, channel) for topic, channel in channels if "processing_time" in channel]
-    if timed:
-        yield from _processing_time(family, timed)
+    if "processing_time" in channel_keys:
+        yield from _processing_time(family, [(topic, channel) for topic, channel in channels
+                                             if "processing_time" in channel])
     for name, kind, key, scale, text in BEYOND_CHANNEL_METRICS:
-        if any(key in channel for _, channel in channels):
+        if key in channel_keys:
             yield from family(name, kind, text, channels,
                               lambda pair: [(_channel_labels(*pair), _number(pair[1][key] * scale))]
                               if key in pair[1] else [])
@@ -119,40 +120,36 @@ def exposition_steps(nsqd, shown_topics=None) -> Steps[bytes]:
                       [("", memory["heap_objects"])])
     yield from family("nsq_gc_runs_total", "counter", "Python garbage collector runs.",
                       [("", memory["gc_total_runs"])])
-    yield from released_steps(channels)  # freed at once, they held the loop for milliseconds
-    yield from released_steps(topics)
-    return out.encoded()
+    yield from released_steps(channels, stats.TOPICS_A_CHUNK)  # freed at once, they held the loop for milliseconds
+    yield from released_steps(topics, stats.TOPICS_A_CHUNK)
+    return out.done()
 
 
-class _Lines:
-    """The page's lines, encoded a step's worth at a time (joining and encoding 12 MB at the end
-    held the loop 25 ms with 10,000 topics x 2 channels)."""
-
-    def __init__(self):
-        self.pending: list[str] = []
-        self.chunks: list[bytes] = []
-
-    def append(self, line: str) -> None:
-        self.pending.append(line)
-
-    def flush(self) -> None:
-        self.chunks.append("".join(self.pending).encode())
-        self.pending.clear()
-
-    def encoded(self) -> bytes:
-        self.flush()
-        return b"".join(self.chunks)
+def _rows_steps(topics: list[dict]) -> Steps[tuple[list[tuple[dict, dict]], set[str], set[str]]]:
+    """Every (topic, channel) pair, and the keys of any topic and of any channel (which families
+    beyond NSQ's to write), ROWS_A_STEP topics a step: over 20,000 channels at once, 17 ms."""
+    channels: list[tuple[dict, dict]] = []
+    topic_keys: set[str] = set()
+    channel_keys: set[str] = set()
+    for count, topic in enumerate(topics, 1):
+        topic_keys.update(topic)
+        for channel in topic["channels"]:
+            channels.append((topic, channel))
+            channel_keys.update(channel)
+        if count % ROWS_A_STEP == 0:
+            yield
+    return channels, topic_keys, channel_keys
 
 
-def _family(out: _Lines, name: str, kind: str, text: str, rows, samples_of=None) -> Steps[None]:
+def _family(out: Chunks, name: str, kind: str, text: str, rows, samples_of=None) -> Steps[None]:
     """A family's lines into ``out``: ``samples_of(row)`` (labels, value) for each row (or the rows
     are the samples), a step every ROWS_A_STEP rows."""
-    out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
+    out.add(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
     for count, row in enumerate(rows, 1):
         for labels, value in samples_of(row) if samples_of else (row,):
-            out.append(f"{name}{{{labels}}} {value}\n" if labels else f"{name} {value}\n")
+            out.add(f"{name}{{{labels}}} {value}\n" if labels else f"{name} {value}\n")
         if count % ROWS_A_STEP == 0:
-            out.flush()
+            out.cut()
             yield
 
 

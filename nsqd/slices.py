@@ -91,11 +91,11 @@ async def paced(steps: Steps[T], rest: float) -> T:
         await trio.sleep(rest)
 
 
-def released_steps(items) -> Steps[None]:
-    """Drop what ``items`` (a deque or list) holds, RELEASE_STEP at a time: freeing 1,000,000
+def released_steps(items, step: int = RELEASE_STEP) -> Steps[None]:
+    """Drop what ``items`` (a deque or list) holds, ``step`` at a time: freeing 1,000,000
     messages at once held the loop for their deallocation."""
     pop = items.pop
     while items:
-        for _ in range(min(RELEASE_STEP, len(items))):
+        for _ in range(min(step, len(items))):
             pop()
         yield

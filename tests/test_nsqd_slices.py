@@ -57,7 +57,7 @@ def test_the_stats_json_in_steps_is_gojsons_bytes():
     topic = {"topic_name": "t<&>", "channels": [{"channel_name": "c\u2028", "depth": 1, "e2e": 0.5}],
              "paused": False, "e2e_processing_latency": {"count": 0, "percentiles": None}}
     for topics in (None, [], [topic], [topic, dict(topic, topic_name="u")]):
-        assert at_once(stats.json_steps(document(topics))) == gojson.dumps(document(topics))
+        assert b"".join(at_once(stats.json_steps(document(topics)))) == gojson.dumps(document(topics))
 
 
 def test_nsqd_dat_in_steps_is_json_dumps_bytes_of_the_whole_document():
