@@ -47,6 +47,7 @@ from .slices import Steps, at_once, in_slices
 from .stats import GCPauses
 from .tcp import TCPServer
 from .tls import client_context, server_context
+from .worker_shares import run_in_shares
 from .topic import Topic
 
 log = logging.getLogger("nsqd")
@@ -207,12 +208,11 @@ class NSQD:
     async def _close_queues(self) -> None:
         self.save_metadata()
         log.info("NSQ: closing topics")
+        await self.deferred_store.close_topics(list(self.topics.values()))
         for topic in self.topics.values():
-            self.deferred_store.close_topic(topic)
             topic.close()
         await self._run_exit_syncs()
-        for topic in self.topics.values():
-            self.deferred_store.closed_topic(topic)  # its messages are in the disk queues, synced
+        await self.deferred_store.closed_topics(list(self.topics.values()))  # their messages are in the disk queues
 
     def sync_at_exit(self, job: SyncJob) -> None:
         """A closed disk queue's sync, run with the others' by the graceful stop."""
@@ -223,19 +223,7 @@ class NSQD:
         30,000 queues' one after another held the stop for minutes (the filesystem's journal
         commits concurrent fsyncs together)."""
         jobs, self._exit_syncs = self._exit_syncs, []
-        failed: list[tuple[SyncJob, OSError]] = []
-
-        def run_share(share: list[SyncJob]) -> None:
-            for job in share:
-                try:
-                    job.run()
-                except OSError as exc:
-                    failed.append((job, exc))
-
-        async with trio.open_nursery() as nursery:
-            for first in range(min(EXIT_SYNC_THREADS, len(jobs))):
-                nursery.start_soon(trio.to_thread.run_sync, run_share, jobs[first::EXIT_SYNC_THREADS])
-        for job, exc in failed:
+        for job, exc in await run_in_shares(SyncJob.run, jobs, EXIT_SYNC_THREADS):
             self.disk_failed(job.queue.name, exc)
 
     async def serve_connection(self, stream: trio.abc.Stream) -> None:

@@ -282,3 +282,41 @@ def test_a_record_cut_short_or_malformed_ends_the_file_and_the_last_record_of_an
     assert "bad record" in caplog.text
     path.write_bytes(b"something else entirely")
     assert HeldFile(str(path)).read().messages == {}
+
+
+async def test_a_graceful_stop_writes_and_removes_the_files_in_worker_threads_not_on_the_loop(tmp_path, monkeypatch):
+    """20,000 channels' files written one after another held the event loop at a stop."""
+    import threading
+
+    from nsqd.held_file import HeldFile
+    from nsqd.nsqd import NSQD
+    from nsqd.options import default_options
+
+    threads: list[tuple[str, int]] = []
+    for name in ("replace", "remove"):
+        original = getattr(HeldFile, name)
+
+        def recorded(self, *args, original=original, name=name):
+            threads.append((name, threading.get_ident()))
+            return original(self, *args)
+        monkeypatch.setattr(HeldFile, name, recorded)
+    nsqd = NSQD(default_options(data_path=str(tmp_path), tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
+                                persist_deferred=True))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(nsqd.run)
+        for number in range(3):
+            await (await subscribe(nsqd.tcp_port, f"t{number}", "c")).close()
+        publisher = await RawClient.connect(nsqd.tcp_port)
+        await publisher.send(b"".join(dpub(f"t{number}", 60_000, b"later %d" % number) for number in range(3))
+                             + dpub("no_channel", 60_000, b"held"))
+        assert [await publisher.read_response() for _ in range(4)] == [b"OK"] * 4
+        await publisher.close()
+        threads.clear()  # the start's reads and removals are not the stop's
+        nsqd.stop()
+    loop_thread = threading.get_ident()
+    assert {name for name, _ in threads} == {"replace", "remove"}
+    assert all(thread != loop_thread for _, thread in threads), threads
+    assert side_files(tmp_path) == ["no_channel.deferred.dat", "t0:c.deferred.dat", "t1:c.deferred.dat",
+                                    "t2:c.deferred.dat"]
+    assert [decode_message(data).body for _, _, data in side_records(tmp_path / "t1:c.deferred.dat")] == [b"later 1"]
+    assert queued_messages(tmp_path, "t1:c") == []  # in its file, not the disk queue
