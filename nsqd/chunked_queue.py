@@ -48,6 +48,15 @@ def _untracker():
 _untrack = _untracker()
 
 
+def untracked(container):
+    """``container``, out of the collector's walk from now on (where CPython's C API allows it): for
+    a container of messages (bytes, or tuples of numbers and bytes), which can never be part of a
+    reference cycle. A list stays untracked as it grows (CPython tracks a list once, when it is made)."""
+    if _untrack is not None:
+        _untrack(container)
+    return container
+
+
 class ChunkedQueue:
     __slots__ = ("_head", "_at", "_sealed", "_open", "_length")
 
