@@ -76,7 +76,7 @@ def at_once(steps: Steps[T]) -> T:
             return done.value
 
 
-RELEASE_STEP = 1000
+RELEASE_STEP = 250  # a step frees 0.1-0.7 ms of messages (1,000: up to 3 ms on a busy machine)
 RELEASE_REST = 0.001  # seconds between steps of a release: nobody waits for it, so it leaves the CPU to others
 
 
