@@ -23,6 +23,8 @@ import trio
 from common import protocol_v1
 from common.protocol_v1 import MAGIC_V1, Command, Identify, Ping, ResponseReader
 
+from .slices import Steps, in_slices
+
 log = logging.getLogger("nsqd")
 
 PING_INTERVAL = 15.0
@@ -133,9 +135,8 @@ class LookupPeer:
                 except trio.WouldBlock:
                     break
             registrations = self.nsqd.registrations()
-            for command in registrations:
-                log.info("LOOKUPD(%s): %s", self.address, command_text(command))
-            await self._send_all(stream, answers, registrations)
+            encoded = await in_slices(self._registration_steps(registrations))
+            await self._send_all(stream, answers, registrations, encoded)
             await self._serve_commands(stream, answers)
 
     def _peer_info(self, answer: bytes) -> dict:
@@ -177,12 +178,23 @@ class LookupPeer:
                 log.debug("LOOKUPD(%s): sending heartbeat", self.address)
             await self._send_all(stream, answers, commands or [Ping()])
 
-    async def _send_all(self, stream, answers, commands: list) -> None:
-        """Send commands in one write, then take one answer each; an error answer ends the session."""
+    def _registration_steps(self, commands: list) -> Steps[bytes]:
+        """Each REGISTER logged and encoded, a command a step (nsqd/slices.py): 20,000 of 10,000
+        topics x 2 channels at once held the event loop 0.3 s at every connect."""
+        encoded = []
+        for command in commands:
+            log.info("LOOKUPD(%s): %s", self.address, command_text(command))
+            encoded.append(command.to_bytes())
+            yield
+        return b"".join(encoded)
+
+    async def _send_all(self, stream, answers, commands: list, encoded: bytes | None = None) -> None:
+        """Send commands in one write (``encoded``, if given, is theirs), then take one answer each;
+        an error answer ends the session."""
         if not commands:
             return
         self._awaiting = commands[0]
-        await stream.send_all(b"".join(command.to_bytes() for command in commands))
+        await stream.send_all(encoded if encoded is not None else b"".join(command.to_bytes() for command in commands))
         for command in commands:
             self._awaiting = command
             answer = await self._answer(answers)

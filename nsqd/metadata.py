@@ -22,6 +22,7 @@ from typing import NamedTuple
 from common import VERSION
 from common.names import is_valid_name
 
+from .chunks import Chunks
 from .diskqueue import write_atomically
 from .slices import Steps, at_once
 
@@ -47,21 +48,29 @@ class TopicMeta(NamedTuple):
     extras: dict = {}
 
 
+TOPICS_A_CHUNK = 100  # nsqd.dat's topics a chunk (nsqd/chunks.py)
+
+
 def encode(topics: list[TopicMeta]) -> bytes:
-    return at_once(encode_steps(topics))
+    return b"".join(at_once(encode_steps(topics)))
 
 
-def encode_steps(topics: list[TopicMeta]) -> Steps[bytes]:
-    """``encode`` a topic at a time (nsqd/slices.py): the bytes json.dumps gives the whole document."""
-    encoded = []
-    for topic in topics:
+def encode_steps(topics: list[TopicMeta]) -> Steps[list[bytes]]:
+    """``encode`` a topic at a time (nsqd/slices.py), as chunks of TOPICS_A_CHUNK topics, which joined
+    are the bytes json.dumps gives the whole document: joining and encoding 1 MB at the end of the
+    steps held the loop (the writer joins them, in its worker thread)."""
+    out = Chunks()
+    out.add('{"topics":' + ("[" if topics else "null"))
+    for number, topic in enumerate(topics):
         entry = {"name": topic.name, "paused": topic.paused,
                  "channels": [{"name": ch.name, "paused": ch.paused, **ch.extras} for ch in topic.channels] or None,
                  **topic.extras}
-        encoded.append(json.dumps(entry, separators=(",", ":")))
+        out.add(("," if number else "") + json.dumps(entry, separators=(",", ":")))
+        if number % TOPICS_A_CHUNK == TOPICS_A_CHUNK - 1:
+            out.cut()
         yield
-    listed = f"[{','.join(encoded)}]" if encoded else "null"
-    return f'{{"topics":{listed},"version":{json.dumps(VERSION)}}}'.encode()
+    out.add(("]" if topics else "") + f',"version":{json.dumps(VERSION)}}}')
+    return out.done()
 
 
 def _extras(entry: dict, keys: tuple[str, ...], owner: str) -> dict:
@@ -170,10 +179,10 @@ class MetadataWriter:
         self._taken += 1
         return self._taken
 
-    def write(self, number: int, data: bytes) -> None:
-        """``data``: the snapshot numbered ``number``, encoded."""
+    def write(self, number: int, data: bytes | list[bytes]) -> None:
+        """``data``: the snapshot numbered ``number``, encoded (or its chunks: ``encode_steps``)."""
         with self._lock:
             if number < self._written:
                 return
-            save(self.data_path, data)
+            save(self.data_path, b"".join(data) if isinstance(data, list) else data)
             self._written = number
