@@ -48,7 +48,12 @@ def command_text(command: Command) -> str:
     """A command as go-nsq's Command.String() gives it to nsqd's log: ``REGISTER t c``, ``PING``."""
     if isinstance(command, Identify):
         return "IDENTIFY"
-    return command.to_bytes().decode("utf-8", "replace").rstrip("\n")
+    return line_text(command.to_bytes())
+
+
+def line_text(data: bytes) -> str:
+    """A one-line command's bytes as its text."""
+    return data.decode("utf-8", "replace").rstrip("\n")
 
 
 def peer_info_text(info: dict) -> str:
@@ -78,7 +83,7 @@ class LookupPeer:
         self.address = address
         self.nsqd = nsqd
         self.info: dict | None = None  # nsqlookupd's IDENTIFY answer while connected
-        self._awaiting: Command | None = None  # the command whose answer is due, named in errors
+        self._awaiting: str | None = None  # the command whose answer is due (command_text), named in errors
         self._commands_in, self._commands_out = trio.open_memory_channel(math.inf)
         self._scope = trio.CancelScope()
 
@@ -101,7 +106,7 @@ class LookupPeer:
                     await self._session()
                 except* SESSION_ERRORS as group:
                     error = group.exceptions[0]
-                    doing = f"{command_text(self._awaiting)} - " if self._awaiting else ""
+                    doing = f"{self._awaiting} - " if self._awaiting else ""
                     log.error("LOOKUPD(%s): %s%s", self.address, doing, error or type(error).__name__)
                 self._awaiting = None
                 if self.info is not None:
@@ -125,7 +130,7 @@ class LookupPeer:
             # nsqlookupd only ever answers; reading all the time notices a closed connection at once
             nursery.start_soon(self._read_answers, stream, answers_in)
             identify = Identify(self.nsqd.lookup_identity())
-            self._awaiting = identify
+            self._awaiting = command_text(identify)
             await stream.send_all(MAGIC_V1 + identify.to_bytes())
             self.info = self._peer_info(await self._answer(answers))
             self._awaiting = None
@@ -134,9 +139,7 @@ class LookupPeer:
                     self._commands_out.receive_nowait()
                 except trio.WouldBlock:
                     break
-            registrations = self.nsqd.registrations()
-            encoded = await in_slices(self._registration_steps(registrations))
-            await self._send_all(stream, answers, registrations, encoded)
+            await self._send(stream, answers, *await in_slices(self._registration_steps()))
             await self._serve_commands(stream, answers)
 
     def _peer_info(self, answer: bytes) -> dict:
@@ -178,25 +181,32 @@ class LookupPeer:
                 log.debug("LOOKUPD(%s): sending heartbeat", self.address)
             await self._send_all(stream, answers, commands or [Ping()])
 
-    def _registration_steps(self, commands: list) -> Steps[bytes]:
-        """Each REGISTER logged and encoded, a command a step (nsqd/slices.py): 20,000 of 10,000
-        topics x 2 channels at once held the event loop 0.3 s at every connect."""
-        encoded = []
-        for command in commands:
-            log.info("LOOKUPD(%s): %s", self.address, command_text(command))
-            encoded.append(command.to_bytes())
+    def _registration_steps(self) -> Steps[tuple[list[str], bytes]]:
+        """Every REGISTER (nsqd.registrations) made, logged and encoded, a command a step (nsqd/slices.py):
+        20,000 of 10,000 topics x 2 channels at once held the event loop 0.3 s at every connect. Their
+        texts and bytes, not the commands, are kept for the answers: 20,000 tuples the collector walks."""
+        texts, encoded = [], []
+        for command in self.nsqd.registrations():
+            data = command.to_bytes()
+            texts.append(line_text(data))
+            encoded.append(data)
+            log.info("LOOKUPD(%s): %s", self.address, texts[-1])
             yield
-        return b"".join(encoded)
+        return texts, b"".join(encoded)
 
-    async def _send_all(self, stream, answers, commands: list, encoded: bytes | None = None) -> None:
-        """Send commands in one write (``encoded``, if given, is theirs), then take one answer each;
-        an error answer ends the session."""
-        if not commands:
+    async def _send_all(self, stream, answers, commands: list) -> None:
+        await self._send(stream, answers, [command_text(command) for command in commands],
+                         b"".join(command.to_bytes() for command in commands))
+
+    async def _send(self, stream, answers, texts: list[str], encoded: bytes) -> None:
+        """Send commands (their texts, and their bytes) in one write, then take one answer each; an
+        error answer ends the session."""
+        if not texts:
             return
-        self._awaiting = commands[0]
-        await stream.send_all(encoded if encoded is not None else b"".join(command.to_bytes() for command in commands))
-        for command in commands:
-            self._awaiting = command
+        self._awaiting = texts[0]
+        await stream.send_all(encoded)
+        for text in texts:
+            self._awaiting = text
             answer = await self._answer(answers)
             if protocol_v1.is_error(answer):
                 raise LookupPeerError(answer.decode(errors="replace"))

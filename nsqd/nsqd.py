@@ -470,18 +470,17 @@ class NSQD:
             "broadcast_address": opts.broadcast_address,
         }
 
-    def registrations(self) -> list:
-        """REGISTER commands for everything this nsqd has, as sent on every (re)connect; none
+    def registrations(self):
+        """REGISTER commands for everything this nsqd has, as sent on every (re)connect, made as they
+        are taken (nsqd/lookup_peer.py takes them in slices: a topic's channels as they are then); none
         while draining (nsqd/drain.py)."""
-        commands = []
         if self.draining:
-            return commands
-        for topic in self.topics.values():
+            return
+        for topic in list(self.topics.values()):
             if topic.channels:
-                commands += [Register(topic.name, name) for name in topic.channels]
+                yield from [Register(topic.name, name) for name in topic.channels]
             else:
-                commands.append(Register(topic.name))
-        return commands
+                yield Register(topic.name)
 
     # -- disk queues and health ------------------------------------------------------
 
