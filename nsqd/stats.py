@@ -202,6 +202,8 @@ def stats_document(nsqd, topic_filter: str, channel_filter: str, include_clients
 def stats_document_steps(nsqd, topic_filter: str, channel_filter: str, include_clients: bool,
                          include_mem: bool, shown_topics=None) -> Steps[dict]:
     """``stats_document`` a topic at a time (nsqd/slices.py); a topic deleted meanwhile is left out."""
+    # read before the topics are: with their answer built, the allocator's blocks took 2-5 ms to count
+    memory = memory_stats(nsqd.gc_pauses) if include_mem else None
     topics = producers = None
     hidden = shown_topics is not None and topic_filter and not shown_topics(topic_filter)
     if not hidden and (not topic_filter or topic_filter in nsqd.topics):
@@ -223,7 +225,7 @@ def stats_document_steps(nsqd, topic_filter: str, channel_filter: str, include_c
                          if shown_topics is None or "pub_counts" in stats]
     document = {"version": VERSION, "health": nsqd.health, "start_time": nsqd.start_time, "topics": topics}
     if include_mem:
-        document["memory"] = memory_stats(nsqd.gc_pauses)
+        document["memory"] = memory
     document["producers"] = producers or None
     if nsqd.draining:  # beyond NSQ (nsqd/drain.py)
         document |= nsqd.drain.stats()
