@@ -41,6 +41,7 @@ HEADER_TIMEOUT = 10.0
 READ_TIMEOUT = 60.0
 MAX_HEADER_BYTES = (1 << 20) + 4096
 WRITEV_PARTS = 512  # buffers a writev (Linux takes 1,024)
+WRITE_BYTES = 256 * 1024  # bytes a writev of an answer, at most
 MAX_POST_HANDLER_READ = 256 * 1024  # what net/http reads of a body its handler left, to keep the connection
 DISCONNECTED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -231,7 +232,7 @@ async def _send(stream, head: bytes, body: bytes | list[bytes]) -> None:
     fd = stream.socket.fileno()
     while True:
         try:
-            sent = os.writev(fd, parts[:WRITEV_PARTS])
+            sent = os.writev(fd, _next_write(parts))
         except BlockingIOError:
             sent = 0
         written = 0
@@ -244,6 +245,20 @@ async def _send(stream, head: bytes, body: bytes | list[bytes]) -> None:
         if sent:
             parts[0] = memoryview(parts[0])[sent:]
         await trio.lowlevel.wait_writable(fd)
+
+
+def _next_write(parts: list) -> list:
+    """The buffers of one writev: the first parts, up to WRITEV_PARTS of them and WRITE_BYTES (the last
+    one cut short). On loopback the kernel also delivers what one write sends, in the writer's time: a
+    6 MB /stats in one writev was a 10-25 ms step of the loop on a busy machine."""
+    batch, size = [], 0
+    for part in parts[:WRITEV_PARTS]:
+        if size + len(part) > WRITE_BYTES:
+            batch.append(memoryview(part)[:WRITE_BYTES - size])
+            break
+        batch.append(part)
+        size += len(part)
+    return batch
 
 
 def _body_length(body: bytes | list[bytes]) -> int:

@@ -1,9 +1,10 @@
 """serving/http.py's answers whose body is a list of chunks (nsqd's /stats, /metrics: nsqd/chunks.py):
 the same bytes as the joined body, Content-Length their sum, through a reader slower than the socket."""
 
+import pytest
 import trio
 
-from serving.http import WRITEV_PARTS, Response, _head, _send
+from serving.http import WRITE_BYTES, WRITEV_PARTS, Response, _head, _send
 
 
 def chunks() -> list[bytes]:
@@ -16,8 +17,11 @@ def test_content_length_is_the_chunks_sum():
     assert _head(Response(200, body), True) == _head(Response(200, b"".join(body)), True)
 
 
-async def test_chunks_arrive_whole_and_in_order_through_a_slow_reader():
-    body = chunks()
+@pytest.mark.parametrize("whole", [False, True], ids=["chunks", "bytes"])
+async def test_an_answer_arrives_whole_and_in_order_through_a_slow_reader(whole):
+    """Chunks, or one bytes body several times WRITE_BYTES."""
+    body = b"".join(chunks()) if whole else chunks()
+    assert len(body if whole else b"".join(body)) > 3 * WRITE_BYTES
     head = _head(Response(200, body), False)
     left, right = trio.socket.socketpair()
     sender, reader = trio.SocketStream(left), trio.SocketStream(right)
@@ -40,8 +44,8 @@ async def test_chunks_arrive_whole_and_in_order_through_a_slow_reader():
         nursery.start_soon(other)
         await _send(sender, head, body)
         await sender.aclose()
-        while len(received) < len(head) + sum(map(len, body)):
+        while len(received) < len(head) + len(b"".join(body) if not whole else body):
             await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
-    assert bytes(received) == head + b"".join(body)
+    assert bytes(received) == head + (body if whole else b"".join(body))
     assert others_ran > 10  # the loop served others while the sender waited for room
