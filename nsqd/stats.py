@@ -72,9 +72,32 @@ def _rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
+class AllocatedBlocks:
+    """sys.getallocatedblocks(), counted at most every REFRESH seconds: it walks every pool of the
+    allocator, 3.5-8 ms of the loop in a daemon serving 10,000 topics x 2 channels (Go's nsqd reads its
+    heap_objects from runtime.ReadMemStats at once). Between counts /stats repeats the last one; a full
+    collection since (POST /debug/freememory's) makes it count again."""
+
+    REFRESH = 5.0
+
+    def __init__(self):
+        self.counted_at = -self.REFRESH
+        self.full_collections = -1
+        self.count = 0
+
+    def value(self) -> int:
+        now, full_collections = time.monotonic(), gc.get_stats()[2]["collections"]
+        if now - self.counted_at >= self.REFRESH or full_collections != self.full_collections:
+            self.count, self.counted_at, self.full_collections = sys.getallocatedblocks(), now, full_collections
+        return self.count
+
+
+_allocated_blocks = AllocatedBlocks()
+
+
 def memory_stats(pauses: GCPauses) -> dict:
     return {
-        "heap_objects": sys.getallocatedblocks(),
+        "heap_objects": _allocated_blocks.value(),
         "heap_idle_bytes": 0,
         "heap_in_use_bytes": _rss_bytes(),
         "heap_released_bytes": 0,

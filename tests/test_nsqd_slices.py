@@ -100,3 +100,20 @@ async def test_a_paced_work_sleeps_between_its_steps():
     started = trio.current_time()
     assert await paced(busy_steps(5, 0), 0.01) == "done"
     assert trio.current_time() - started >= 0.05
+
+
+def test_allocated_blocks_are_counted_again_after_a_while_or_a_full_collection(monkeypatch):
+    import gc
+    import sys
+
+    from nsqd.stats import AllocatedBlocks
+
+    counts = iter(range(100, 200))
+    monkeypatch.setattr(sys, "getallocatedblocks", lambda: next(counts))
+    blocks = AllocatedBlocks()
+    assert blocks.value() == 100
+    assert blocks.value() == 100  # not counted again at once: the count walks every pool
+    gc.collect()
+    assert blocks.value() == 101
+    blocks.counted_at -= AllocatedBlocks.REFRESH
+    assert blocks.value() == 102
