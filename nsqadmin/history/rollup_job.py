@@ -77,7 +77,6 @@ COUNTERS = ("message_count", "requeue_count", "timeout_count")
 MINUTE_US = 60_000_000
 HOUR_US = 3_600_000_000
 MAX_DELTA_GAP_US = MAX_DELTA_GAP // timedelta(microseconds=1)
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # How each level is partitioned on disk: the partition columns and their values from ``ts``.
 PARTITION_KEYS = {"1m": {"date": "yyyy-MM-dd", "hour": "HH"}, "1h": {"date": "yyyy-MM-dd"},
                   "1d": {"month": "yyyy-MM"}}
@@ -195,7 +194,8 @@ def _roll_up_minutes(stats_dir: Path, spark: Callable[[int], SparkSession], stag
     keys_table, salt = named_keys(series_names(paths))
     keys = session.createDataFrame(keys_table)
     last = session.createDataFrame(last_snapshots(paths, rewrite, keys_table), LOOK_BACK_SCHEMA)
-    new_minutes = _new_minutes(_snapshots(session, paths, rewrite), last, salt, rewrite)
+    in_rewrite = [raw / relative for relative in files_to_read(raw, files, rewrite)]
+    new_minutes = _new_minutes(_snapshots(session, in_rewrite, rewrite), last, salt)
     _stage("1m", staging, lambda: _write_minutes(session, staging, new_minutes, keys, hours))
     summary.rewrite, summary.files = rewrite, len(paths)
     summary.raw_rows, summary.windows["1m"] = _count_minutes(_staged(staging, "1m"), rewrite)
@@ -236,22 +236,28 @@ def _describe(spans: list[Span]) -> str:
     return ", ".join(f"[{start:%Y-%m-%d %H:%M}, {end:%Y-%m-%d %H:%M})" for start, end in spans)
 
 
-def _within(column: str, spans: list[Span]) -> Column:
-    return reduce(or_, [(F.col(column) >= F.lit(start)) & (F.col(column) < F.lit(end)) for start, end in spans])
-
-
-def _micros(ts: datetime) -> int:
-    return (ts - EPOCH) // timedelta(microseconds=1)
-
-
-def _within_us(column: str, spans: list[Span]) -> Column:
-    return reduce(or_, [(F.col(column) >= _micros(start)) & (F.col(column) < _micros(end)) for start, end in spans])
-
-
 def _snapshots(spark: SparkSession, paths: list[Path], rewrite: list[Span]) -> DataFrame:
-    """The raw rows of the ``rewrite`` spans that are snapshots (not missing-node markers)."""
+    """The raw rows of the ``rewrite`` spans that are snapshots (not missing-node markers).
+
+    The spans are a broadcast table the rows are joined with, not literals in a filter: Spark
+    inlines a filter's times in the code it generates, so a warm worker compiled that code
+    again every run (Janino, ~0.3 s of a one-minute run's ~2), where with the spans as data the
+    code is the same from one run to the next and comes from Spark's cache. The filter's
+    Parquet row-group skipping goes with it, so ``paths`` are the files with rows in the spans
+    (not the look-back's: look_back.py reads those)."""
     raw = spark.read.schema(RAW_SCHEMA).parquet(*map(str, paths))
-    return raw.where(~F.coalesce(F.col("missing"), F.lit(False)) & _within("ts", rewrite))
+    spans = spark.createDataFrame(pa.table({
+        "span_start": pa.array([start for start, _ in rewrite], layout.RAW_SCHEMA.field("ts").type),
+        "span_end": pa.array([end for _, end in rewrite], layout.RAW_SCHEMA.field("ts").type)}))
+    snapshot, within = _snapshot_conditions()
+    return raw.where(snapshot).join(F.broadcast(spans), within, "left_semi")
+
+
+@per_context
+def _snapshot_conditions() -> tuple[Column, Column]:
+    """For :func:`_snapshots`: a raw row is a snapshot, and lies within its span."""
+    ts = F.col("ts")
+    return ~F.coalesce(F.col("missing"), F.lit(False)), (ts >= F.col("span_start")) & (ts < F.col("span_end"))
 
 
 def _numbers(snapshots: DataFrame, salt: int) -> DataFrame:
@@ -273,7 +279,7 @@ def _number_columns(salt: int) -> list[Column]:
         (value["depth"] + value["in_flight"] + value["deferred"]).alias("backlog"),
         F.coalesce(F.col("paused"), F.lit(False)).alias("paused"),
         F.col("e2e_ns").getItem("0.99").alias("e2e_p99"),
-        F.col("start_time"),
+        F.col("start_time"), F.lit(False).alias("look_back"),
     ]
 
 
@@ -318,7 +324,7 @@ def _delta_columns() -> tuple[dict[str, Column], dict[str, Column]]:
     }
 
 
-def _new_minutes(snapshots: DataFrame, last: DataFrame, salt: int, rewrite: list[Span]) -> DataFrame:
+def _new_minutes(snapshots: DataFrame, last: DataFrame, salt: int) -> DataFrame:
     """The rewritten minutes of every series (``key``, ``all_key``, values) and of every
     topic's and channel's ALL_NODES row (``key`` = ``all_key``).
 
@@ -331,9 +337,11 @@ def _new_minutes(snapshots: DataFrame, last: DataFrame, salt: int, rewrite: list
     rollup_columns.cluster_poll_aggregates) and all of them, the look-back's too, whose
     ALL_NODES minutes are then left out (no node minute of theirs gives them a covered time):
     a filter on their minutes would be pushed under the shuffle. Otherwise each use would read
-    and shuffle the raw rows on its own, a third of a full run."""
-    numbers = _numbers(snapshots, salt).unionByName(last).repartition("all_key")
-    deltas = _with_deltas(numbers).where(_within_us("minute_us", rewrite))
+    and shuffle the raw rows on its own, a third of a full run. The look-back's rows are told
+    apart by a flag rather than by their times, which would be literals in generated code (see
+    :func:`_snapshots`)."""
+    numbers = _numbers(snapshots, salt).unionByName(last.withColumn("look_back", F.lit(True))).repartition("all_key")
+    deltas = _with_deltas(numbers).where(~F.col("look_back"))
     group = ["all_key", "sid", "minute_us"]
     nodes = (with_group_max(deltas, group, "depth").groupBy(*group).agg(*node_minute_aggregates())
              .select(F.col("sid").alias("key"), "all_key", *node_minute_columns()))
