@@ -97,7 +97,12 @@ def fixed_point_sum(values: Column) -> Column:
 
 def with_group_max(frame: DataFrame, group: list[str], value: str) -> DataFrame:
     """``frame`` with ``group_max``, the largest ``value`` of each row's group."""
-    return frame.withColumn("group_max", F.max(value).over(Window.partitionBy(*group)))
+    return frame.withColumn("group_max", _group_max(tuple(group), value))
+
+
+@per_context
+def _group_max(group: tuple[str, ...], value: str) -> Column:
+    return F.max(value).over(Window.partitionBy(*group))
 
 
 def top_two_p95(count: Column, largest: Column, largest_count: Column, below_largest: Column) -> Column:

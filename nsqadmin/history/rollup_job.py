@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession, Window, functions as F
 
 from . import compaction, layout
-from .column_cache import per_context
+from .column_cache import named_columns, per_context
 from .health_report import write_health
 from .partitions import period_start
 from .rollup_columns import (NAMES, VALUES, cluster_minute_aggregates, cluster_minute_columns, cluster_poll_aggregates,
@@ -343,14 +343,21 @@ def _new_minutes(snapshots: DataFrame, last: DataFrame, salt: int) -> DataFrame:
     numbers = _numbers(snapshots, salt).unionByName(last.withColumn("look_back", F.lit(True))).repartition("all_key")
     deltas = _with_deltas(numbers).where(~F.col("look_back"))
     group = ["all_key", "sid", "minute_us"]
+    nodes_out, cluster_out = _minute_outputs()
     nodes = (with_group_max(deltas, group, "depth").groupBy(*group).agg(*node_minute_aggregates())
-             .select(F.col("sid").alias("key"), "all_key", *node_minute_columns()))
+             .select(*nodes_out))
     polls = numbers.groupBy("all_key", "minute_us", "ts_us").agg(*cluster_poll_aggregates(tuple(numbers.columns)))
     cluster = (with_group_max(polls, ["all_key", "minute_us"], "depth").groupBy("all_key", "minute_us")
-               .agg(*cluster_minute_aggregates()).select(F.col("all_key").alias("key"), "all_key",
-                                                         *cluster_minute_columns()))
+               .agg(*cluster_minute_aggregates()).select(*cluster_out))
     minutes = _across_nodes(nodes.unionByName(cluster), ["all_key"], "key", "all_key")
     return minutes.where(F.col("covered_seconds").isNotNull())  # not the look-back's: no node minute
+
+
+@per_context
+def _minute_outputs() -> tuple[list[Column], list[Column]]:
+    """For :func:`_new_minutes`: the columns of the nodes' minutes and of the cluster's."""
+    return ([F.col("sid").alias("key"), F.col("all_key"), *node_minute_columns()],
+            [F.col("all_key").alias("key"), F.col("all_key"), *cluster_minute_columns()])
 
 
 def _across_nodes(windows: DataFrame, by: list[str], own: str, everyone: str) -> DataFrame:
@@ -360,7 +367,7 @@ def _across_nodes(windows: DataFrame, by: list[str], own: str, everyone: str) ->
     as well (columns the input is partitioned by, so no shuffle is needed)."""
     window, windows_of_row, aggregates, columns = _across_nodes_columns(own, everyone)
     return (windows.withColumn(window, windows_of_row).groupBy(*by, window, "ts").agg(*aggregates)
-            .select(*by, F.col(window).alias(own), *columns))
+            .select(*named_columns(*by), *columns))
 
 
 @per_context
@@ -371,7 +378,8 @@ def _across_nodes_columns(own: str, everyone: str) -> tuple[str, Column, list[Co
     own_only = F.col(own) == all_nodes
     windows_of_row = F.explode(F.when(own_only, F.array(F.col(own))).otherwise(F.array(F.col(own), all_nodes)))
     aggregates = window_aggregates(itself=F.col(own) == F.col(window), node_row=F.col(own) != all_nodes)
-    return window, windows_of_row, aggregates, window_columns(across=F.col(window) == all_nodes)
+    columns = [F.col(window).alias(own), *window_columns(across=F.col(window) == all_nodes)]
+    return window, windows_of_row, aggregates, columns
 
 
 def _existing(stats_dir: Path, level: str, periods: list[datetime]) -> list[Path]:
@@ -385,11 +393,10 @@ def _read_rollups(spark: SparkSession, paths: list[Path]) -> DataFrame:
     return spark.read.schema(ROLLUP_SCHEMA).parquet(*map(str, paths))
 
 
-def _named(keyed: DataFrame, keys: DataFrame) -> DataFrame:
-    """Rollup rows from rows with a window ``key`` (and any other columns, kept after them)."""
-    others = [name for name in keyed.columns if name not in ("key", *VALUES)]
-    return (keyed.join(F.broadcast(keys.select("key", *NAMES)), "key")
-            .select(*ROLLUP_NAMES, *others))
+def _named(keyed: DataFrame, keys: DataFrame, *others: str) -> DataFrame:
+    """Rollup rows from rows with a window ``key`` (and the columns ``others``, kept after them)."""
+    return (keyed.join(F.broadcast(keys.select(*named_columns("key", *NAMES))), "key")
+            .select(*named_columns(*ROLLUP_NAMES, *others)))
 
 
 def _with_partition_keys(frame: DataFrame, level: str) -> DataFrame:
@@ -401,11 +408,17 @@ def _with_partition_keys(frame: DataFrame, level: str) -> DataFrame:
 def _write_minutes(spark: SparkSession, staging: Path, new_minutes: DataFrame, keys: DataFrame,
                    touched: list[datetime]) -> None:
     """The rewritten minutes of the ``touched`` hours, one task and one file per hour."""
-    ts_us = F.unix_micros("ts")
-    minutes = (new_minutes.withColumn("hour_start", F.timestamp_micros(ts_us - ts_us % HOUR_US))
-               .repartition("hour_start").select("hour_start", "key", *VALUES))
-    rows = _named(minutes, keys).join(F.broadcast(_hour_partitions(spark, touched)), "hour_start").drop("hour_start")
+    minutes = (new_minutes.withColumn("hour_start", _hour_start()).repartition("hour_start")
+               .select(*named_columns("hour_start", "key", *VALUES)))
+    rows = (_named(minutes, keys, "hour_start").join(F.broadcast(_hour_partitions(spark, touched)), "hour_start")
+            .drop("hour_start"))
     rows.write.partitionBy(*PARTITION_KEYS["1m"]).parquet(str(staging / "1m"))
+
+
+@per_context
+def _hour_start() -> Column:
+    ts_us = F.unix_micros("ts")
+    return F.timestamp_micros(ts_us - ts_us % HOUR_US)
 
 
 def _keep_other_minutes(stats_dir: Path, staging: Path, hours: list[datetime], rewrite: list[Span]) -> None:
