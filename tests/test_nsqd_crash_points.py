@@ -4,7 +4,7 @@ The regression test of issue 25's bug comes first: with ``--persist-deferred
 --mem-queue-size=0`` a message read from the disk queue and REQ'd with a delay was, after a
 kill -9 before the queue's next sync, delivered early from the disk queue's older copy and
 again when due. Then what the random loop found (tests/crash_points.py), then the loop
-itself: 30 kill -9 points with ``--mem-queue-size=0 --sync-every=1 --persist-deferred``, 10
+itself: 20 kill -9 points with ``--mem-queue-size=0 --sync-every=1 --persist-deferred``, 6
 with default flags (``CRASH_SEED``, ``CRASH_LIVES``, ``CRASH_LIVES_DEFAULT`` to repeat or
 lengthen a run; bench/bench_crash_points.py runs 500)."""
 
@@ -99,7 +99,7 @@ def test_a_write_file_removed_before_the_metadata_knew_is_not_written_into(tmp_p
 async def test_random_kill_9_points_under_a_mixed_load_write_through(tmp_path):
     seed = int(os.environ.get("CRASH_SEED", random.randrange(1 << 30)))
     started = time.monotonic()
-    run = await crash_loop(tmp_path / "data", strict=True, lives=int(os.environ.get("CRASH_LIVES", 30)), seed=seed)
+    run = await crash_loop(tmp_path / "data", strict=True, lives=int(os.environ.get("CRASH_LIVES", 20)), seed=seed)
     print(summary(run, time.monotonic() - started))
     found = run.model.violations(final=True)
     assert not found, f"seed {seed}:\n" + "\n".join(found[:40])
@@ -109,7 +109,7 @@ async def test_random_kill_9_points_under_a_mixed_load_write_through(tmp_path):
 async def test_random_kill_9_points_under_a_mixed_load_default_flags(tmp_path):
     seed = int(os.environ.get("CRASH_SEED", random.randrange(1 << 30)))
     started = time.monotonic()
-    run = await crash_loop(tmp_path / "data", strict=False, lives=int(os.environ.get("CRASH_LIVES_DEFAULT", 10)),
+    run = await crash_loop(tmp_path / "data", strict=False, lives=int(os.environ.get("CRASH_LIVES_DEFAULT", 6)),
                            seed=seed)
     print(summary(run, time.monotonic() - started))
     found = run.model.violations(final=True)
