@@ -10,6 +10,9 @@ own part of the answer.
 """
 
 
+TOPICS_A_CHUNK = 100  # an answer's topics a chunk: 10,000 topics, 100 chunks
+
+
 class Chunks:
     """Pieces (text, or bytes with ``text=False``) gathered into encoded chunks, a chunk per ``cut()``."""
 
@@ -29,6 +32,11 @@ class Chunks:
         if self.pending:
             self.chunks.append("".join(self.pending).encode() if self.text else b"".join(self.pending))
             self.pending.clear()
+
+    def topic_done(self, number: int) -> None:
+        """Topic ``number`` (from 0) is added: a chunk ends after every TOPICS_A_CHUNK topics."""
+        if number % TOPICS_A_CHUNK == TOPICS_A_CHUNK - 1:
+            self.cut()
 
     def done(self) -> list[bytes]:
         """Every chunk, in order (the last cut made here)."""

@@ -22,7 +22,7 @@ from typing import NamedTuple
 from common import VERSION
 from common.names import is_valid_name
 
-from .chunks import Chunks
+from .chunks import TOPICS_A_CHUNK, Chunks
 from .diskqueue import write_atomically
 from .slices import Steps, at_once
 
@@ -48,9 +48,6 @@ class TopicMeta(NamedTuple):
     extras: dict = {}
 
 
-TOPICS_A_CHUNK = 100  # nsqd.dat's topics a chunk (nsqd/chunks.py)
-
-
 def encode(topics: list[TopicMeta]) -> bytes:
     return b"".join(at_once(encode_steps(topics)))
 
@@ -66,8 +63,7 @@ def encode_steps(topics: list[TopicMeta]) -> Steps[list[bytes]]:
                  "channels": [{"name": ch.name, "paused": ch.paused, **ch.extras} for ch in topic.channels] or None,
                  **topic.extras}
         out.add(("," if number else "") + json.dumps(entry, separators=(",", ":")))
-        if number % TOPICS_A_CHUNK == TOPICS_A_CHUNK - 1:
-            out.cut()
+        out.topic_done(number)
         yield
     out.add(("]" if topics else "") + f',"version":{json.dumps(VERSION)}}}')
     return out.done()

@@ -14,7 +14,7 @@ import functools
 from common import VERSION
 
 from . import stats
-from .chunks import Chunks
+from .chunks import TOPICS_A_CHUNK, Chunks
 from .slices import Steps, released_steps
 
 CONTENT_TYPE = ("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -120,8 +120,8 @@ def exposition_steps(nsqd, shown_topics=None) -> Steps[list[bytes]]:
                       [("", memory["heap_objects"])])
     yield from family("nsq_gc_runs_total", "counter", "Python garbage collector runs.",
                       [("", memory["gc_total_runs"])])
-    yield from released_steps(channels, stats.TOPICS_A_CHUNK)  # freed at once, they held the loop for milliseconds
-    yield from released_steps(topics, stats.TOPICS_A_CHUNK)
+    yield from released_steps(channels, TOPICS_A_CHUNK)  # freed at once, they held the loop for milliseconds
+    yield from released_steps(topics, TOPICS_A_CHUNK)
     return out.done()
 
 

@@ -24,6 +24,7 @@ from serving.http import HTTPServer
 from serving.listeners import bound_port, format_address, open_listeners, tls_listeners
 
 from . import metadata, slices, statsd
+from .chunks import TOPICS_A_CHUNK
 from .diskqueue import DiskQueue, SyncJob
 from .dead_letter import DeadLetters
 from .deferred_store import DeferredStore
@@ -47,8 +48,8 @@ from .slices import Steps, at_once, in_slices
 from .stats import GCPauses
 from .tcp import TCPServer
 from .tls import client_context, server_context
-from .worker_shares import run_in_shares
 from .topic import Topic
+from .worker_shares import run_in_shares
 
 log = logging.getLogger("nsqd")
 
@@ -273,7 +274,7 @@ class NSQD:
         """One work in slices: the snapshot is never there while the collector runs (nsqd/slices.py)."""
         snapshot = yield from self._metadata_steps()
         encoded = yield from metadata.encode_steps(snapshot)
-        yield from slices.released_steps(snapshot, metadata.TOPICS_A_CHUNK)  # at once, 10,000 topics' took 3 ms
+        yield from slices.released_steps(snapshot, TOPICS_A_CHUNK)  # at once, 10,000 topics' took 3 ms
         return encoded
 
     def save_metadata(self) -> None:

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from common import VERSION, gojson
 from common.goflags import format_duration
 
-from .chunks import Chunks
+from .chunks import TOPICS_A_CHUNK, Chunks
 from .quantile import merged_result
 from .slices import Steps, at_once, released_steps
 
@@ -29,7 +29,6 @@ try:
 except ImportError:  # Windows
     resource = None
 
-TOPICS_A_CHUNK = 100  # an answer's topics a chunk (nsqd/chunks.py): 10,000 topics, 100 chunks
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -278,8 +277,7 @@ def json_steps(document: dict) -> Steps[list[bytes]]:
         out.add(b'"topics":[')
         for index, topic in enumerate(value):
             out.extend((b"," if index else b"", gojson.dumps(topic)))
-            if index % TOPICS_A_CHUNK == TOPICS_A_CHUNK - 1:
-                out.cut()
+            out.topic_done(index)
             yield
         out.add(b"]")
     out.add(b"}")
@@ -349,8 +347,7 @@ def stats_text_steps(document: dict, now: float) -> Steps[list[bytes]]:
                     f"timeout: {channel['timeout_count']:<5} msgs: {channel['message_count']:<8} "
                     f"e2e%: {_e2e_text(channel['e2e_processing_latency'])}\n")
             out.extend([f"        {_client_line(client, now)}\n" for client in channel["clients"] or []])
-        if number % TOPICS_A_CHUNK == TOPICS_A_CHUNK - 1:
-            out.cut()
+        out.topic_done(number)
         yield
     producers = document["producers"] or []
     if producers:
