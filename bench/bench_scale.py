@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_many_consumers import start_consumers  # noqa: E402
 from bench.nsq_socket import BenchConnection  # noqa: E402
-from bench.nsqd_process import OURS, cpu_seconds, free_port, rss_kib, start_nsqd  # noqa: E402
+from bench.nsqd_process import OURS, cpu_seconds, rss_kib, start_nsqd  # noqa: E402
 from bench.side_by_side import load_average  # noqa: E402
 from common.commands import Mpub  # noqa: E402
 from common.goflags import parse_duration  # noqa: E402
@@ -172,7 +172,9 @@ def wait_for_quiet(pid: int) -> float:
 
 
 def started(daemon: Daemon, data_path: str, scene: Scene) -> tuple[subprocess.Popen, str]:
-    return start_nsqd(f"--data-path={data_path}", f"--http-address=127.0.0.1:{free_port()}",
+    # HTTP on port 0 (start_nsqd's default): a port picked free beforehand can be taken by the time
+    # nsqd binds it, and the daemon then exits after logging its TCP listener (seen once under load).
+    return start_nsqd(f"--data-path={data_path}",
                       f"--mem-queue-size={scene.mem_queue_size}", command=daemon.command, root=daemon.root)
 
 

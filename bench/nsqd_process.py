@@ -57,7 +57,7 @@ def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
+    raise RuntimeError(f"no VmRSS: process {pid} has exited")
 
 
 @contextlib.contextmanager
