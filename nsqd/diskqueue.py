@@ -552,8 +552,8 @@ class DiskQueue:
         """The topic or channel is deleted: let go of the queue's files and return their paths, data
         files first and the metadata last (go-diskqueue's order), for the owner to remove off the
         event loop while holding ``meta_lock``, so that a sync's metadata is not written after them
-        (nsqd/file_remover.py). Nothing is removed here: unlinking 1 GB, or a rename waiting for the
-        filesystem's journal, held the loop."""
+        (nsqd/file_remover.py). Nothing is renamed or removed here, on the event loop: a call to
+        the filesystem can wait, and every client with it."""
         self.generation += 1  # a sync job's metadata, checked under meta_lock, is no longer written
         read_done, self._read_files_done = self._read_files_done, []
         return [*read_done, *self._let_go_of_data_files(), self.meta_file_name()]

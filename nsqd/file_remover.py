@@ -7,15 +7,17 @@ unlinked later by a worker thread. A renamed file a crash left behind (``*.remov
 removed at the next start; neither NSQ's nsqd nor this one reads such names.
 
 A file a disk queue has read to its end is renamed at once, on the loop (``remove``). A
-deleted topic's or channel's files are moved away together by a worker thread (``move_away``):
-the request deleting a 1 GB topic, its eleven renames and a removal on the loop, was a step of
-several milliseconds on a loaded machine (README, Stalls), which the PUBs meeting it waited for,
-and a rename can wait for the filesystem's journal. Until the thread has made them,
-the queue's name is taken (``busy``): nsqd creates no queue of that name, which would read
-the old metadata and files, before ``settled``. NSQ's nsqd instead keeps a deleted topic in
-its map, failing publishes to it, until its files are gone (nsqd.go DeleteExistingTopic).
-Moves run one batch at a time, in order: once a name's latest move is done, so are the ones
-before it (a channel's files, moved before its topic's).
+deleted topic's or channel's files are moved away together by a worker thread (``move_away``),
+so deleting a topic makes no call to the filesystem on the loop: its eleven renames and a removal
+there (a 1 GB topic) were the one step of the deletion every client waited for, and such a call
+can wait for the filesystem. Until the thread has made them, the queue's name is taken
+(``busy``): nsqd makes no queue of that name, which would read the old metadata and files,
+before ``settled``. NSQ's nsqd instead keeps a deleted topic in its map, failing publishes to
+it, until its files are gone (nsqd.go DeleteExistingTopic). Moves run one batch at a time, in
+order: once a name's latest move is done, so are the ones before it (a channel's files, moved
+before its topic's). A queue's data files go first and its metadata last, as go-diskqueue
+removes them: a crash among them leaves renamed files, removed at the next start, and a queue
+whose first files are gone, which the next start reads as such if nsqd.dat still names it.
 """
 
 import itertools
