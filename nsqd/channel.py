@@ -31,7 +31,7 @@ import trio
 from common.names import is_ephemeral
 
 from .chunked_queue import untracked
-from .message_queue import MessageQueue
+from .message_queue import MessageQueue, queue_name
 from .processing_time import new_processing_time
 from .quantile import Quantile
 
@@ -49,7 +49,7 @@ class Channel:
         self.timeout_count = 0
         # only the channel's own name decides (nsqd/channel.go): a durable channel of an ephemeral
         # topic has a disk queue, which keeps its overflow and what it holds at a stop
-        self.queue = MessageQueue(f"{topic.name}:{name}", topic.nsqd, self.ephemeral)
+        self.queue = MessageQueue(queue_name(topic.name, name), topic.nsqd, self.ephemeral)
         self._ready: deque = deque()
         self._in_ready: set = set()
         # (deadline, order, message), a heap; untracked: a full collection walked 1,000,000 deferred

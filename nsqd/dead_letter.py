@@ -142,6 +142,10 @@ class DeadLetters:
                         header_id(message).decode("ascii", "replace"), header_attempts(message))
             return False
         name = self.topic_name(channel.topic.name)
+        if self.nsqd.removing(name):
+            log.warning("CHANNEL(%s:%s): dead-letter topic %s is being deleted; delivering message %s again",
+                        channel.topic.name, channel.name, name, header_id(message).decode("ascii", "replace"))
+            return False
         try:
             self.nsqd.get_topic(name).publish([letter], now)
         except OSError as exc:

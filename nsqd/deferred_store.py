@@ -322,10 +322,17 @@ class DeferredStore:
             self._file(owner.queue.name, suffix).remove()
 
     def deleted(self, owner) -> None:
-        """A channel or topic was deleted: so are its files."""
-        self.emptied(owner)
-        self.channel_logs.pop(owner, None)
-        self.topic_logs.pop(owner, None)
+        """A channel or topic was deleted: so are its files, moved out of the way by a worker thread
+        with its disk queue's (nsqd/file_remover.py). One with no disk queue has none."""
+        channel_log, topic_log = self.channel_logs.pop(owner, None), self.topic_logs.pop(owner, None)
+        held = [channel_log.deferred_file, channel_log.in_flight_file] if channel_log is not None else []
+        held += [topic_log.file, topic_log.handed_file] if topic_log is not None else []
+        for held_file in held:
+            held_file.close()
+        if owner.queue.backend is not None:
+            name = owner.queue.name
+            self.nsqd.file_remover.move_away(name, [self._file(name, suffix).path
+                                                    for suffix in (DEFERRED_SUFFIX, IN_FLIGHT_SUFFIX)])
 
     # -- graceful stop --------------------------------------------------------------------------
 

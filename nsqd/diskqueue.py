@@ -117,7 +117,7 @@ class DiskQueue:
         self._read_buf_pos = 0
         self._read_end = 0  # where the file being read ends (its size, or write_pos)
         self.meta_lock = threading.Lock()
-        self.generation = 0  # bumped by empty(), under meta_lock
+        self.generation = 0  # bumped by empty() (under meta_lock) and delete()
         # Beyond NSQ (--persist-deferred with --mem-queue-size=0): a file read to its end is
         # removed only at the next read or sync, once what was read from it is recorded elsewhere.
         self.keep_read_files = keep_read_files
@@ -520,19 +520,24 @@ class DiskQueue:
 
     def _skip_to_next_file(self) -> None:
         """Delete every data file and continue in a fresh file number (go-diskqueue Empty)."""
+        self._remove_read_files()
+        for path in self._let_go_of_data_files():
+            try:
+                self.remove_file(path)
+            except FileNotFoundError:
+                pass
+
+    def _let_go_of_data_files(self) -> list[str]:
+        """Close the files and continue, empty, in a fresh file number; the data files left behind."""
         self._close_read_file()
         self._close_write_file()
         self._drop_unsynced()
-        self._remove_read_files()
-        for number in range(self.read_file_num, self.write_file_num + 1):
-            try:
-                self.remove_file(self.file_name(number))
-            except FileNotFoundError:
-                pass
+        left = [self.file_name(number) for number in range(self.read_file_num, self.write_file_num + 1)]
         self.write_file_num += 1
         self.write_pos = 0
         self.read_file_num, self.read_pos = self.write_file_num, 0
         self.depth = 0
+        return left
 
     def empty(self) -> None:
         with self.meta_lock:
@@ -543,9 +548,15 @@ class DiskQueue:
             except FileNotFoundError:
                 pass
 
-    def delete(self) -> None:
-        """Remove the queue's files for good (topic or channel deleted)."""
-        self.empty()
+    def delete(self) -> list[str]:
+        """The topic or channel is deleted: let go of the queue's files and return their paths, data
+        files first and the metadata last (go-diskqueue's order), for the owner to remove off the
+        event loop while holding ``meta_lock``, so that a sync's metadata is not written after them
+        (nsqd/file_remover.py). Nothing is renamed or removed here, on the event loop: a call to
+        the filesystem can wait, and every client with it."""
+        self.generation += 1  # a sync job's metadata, checked under meta_lock, is no longer written
+        read_done, self._read_files_done = self._read_files_done, []
+        return [*read_done, *self._let_go_of_data_files(), self.meta_file_name()]
 
     def close(self) -> None:
         """Sync and release the files (graceful stop)."""

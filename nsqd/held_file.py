@@ -156,7 +156,7 @@ class HeldFile:
 
     def replace(self, records: list[bytes]) -> None:
         """Make the file exactly ``records`` (removed if none), dropping anything pending."""
-        self._close()
+        self.close()
         self.pending.clear()
         if records:
             write_atomically(self.path, MAGIC + b"".join(records), fsync=False)
@@ -164,14 +164,15 @@ class HeldFile:
             self.remove()
 
     def remove(self) -> None:
-        self._close()
+        self.close()
         self.pending.clear()
         try:
             os.remove(self.path)
         except FileNotFoundError:
             pass
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """Close the file (anything pending stays pending)."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

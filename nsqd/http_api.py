@@ -257,10 +257,11 @@ class HTTPAPI:
         await self._topic_for_publish(parse_query(request.query))
         return v1_ok()
 
-    def topic_delete(self, request: Request) -> Response:
+    async def topic_delete(self, request: Request) -> Response:
         name = self._topic_arg(parse_query(request.query), validate=False)
         if not self.nsqd.delete_topic(name):
             raise HTTPError(404, "TOPIC_NOT_FOUND")
+        await self.nsqd.removed(name)  # answered once its files are out of the way, as nsqd's is
         return v1_ok()
 
     def topic_empty(self, request: Request) -> Response:
@@ -289,17 +290,21 @@ class HTTPAPI:
         await self.nsqd.write_metadata()
         return v1_ok()
 
-    def channel_create(self, request: Request) -> Response:
+    async def channel_create(self, request: Request) -> Response:
         topic, channel_name = self._topic_and_channel(request)
+        if self.nsqd.removing(topic.name, channel_name):  # deleted a moment ago: once its files are out of the way
+            await self.nsqd.removed(topic.name, channel_name)
+            topic = self._existing_topic(topic.name)
         if self.nsqd.draining and not self.nsqd.drain.accepts_channel(topic, channel_name):
             raise HTTPError(503, "DRAINING")  # beyond NSQ (nsqd/drain.py)
         topic.get_channel(channel_name)
         return v1_ok()
 
-    def channel_delete(self, request: Request) -> Response:
+    async def channel_delete(self, request: Request) -> Response:
         topic, channel_name = self._topic_and_channel(request)
         if not topic.delete_channel(channel_name):
             raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        await self.nsqd.removed(topic.name, channel_name)  # answered once its files are out of the way
         return v1_ok()
 
     def channel_empty(self, request: Request) -> Response:

@@ -140,10 +140,12 @@ class Lookup:
 
     async def prepare_topic(self, topic) -> None:
         """Create the topic's channels known to the cluster, then start it. A topic deleted
-        meanwhile gets no channels, but starts, so whoever waits for it goes on."""
+        meanwhile gets no channels, but starts, so whoever waits for it goes on; nor does a
+        channel deleted meanwhile (its files may still be in the way)."""
         with trio.move_on_after(self.nsqd.opts.http_client_request_timeout + 1):
             channels = await self.cluster_channels(topic.name)
             if self.nsqd.topics.get(topic.name) is topic:
                 for name in channels:
-                    topic.get_channel(name)
+                    if not self.nsqd.removing(topic.name, name):
+                        topic.get_channel(name)
         topic.start()

@@ -27,6 +27,11 @@ log = logging.getLogger("nsqd")
 NONE_IN_MEMORY = ()  # ``messages`` while none are in memory
 
 
+def queue_name(topic_name: str, channel_name: str | None = None) -> str:
+    """The name of the topic's queue, or of its channel's (NSQ's getBackendName): its files' names begin with it."""
+    return topic_name if channel_name is None else f"{topic_name}:{channel_name}"
+
+
 class MessageQueue:
     def __init__(self, name: str, nsqd, ephemeral: bool):
         self.name = name
@@ -158,8 +163,7 @@ class MessageQueue:
     def delete(self) -> None:
         self._drop_memory()
         if self.backend is not None:
-            self.backend.delete()
-            self.nsqd.forget_diskqueue(self.backend)
+            self.nsqd.delete_diskqueue(self.backend)
 
     def _drop_memory(self) -> None:
         """The queue is empty at once; the messages are freed in slices (nsqd/slices.py)."""

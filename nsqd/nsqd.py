@@ -37,6 +37,7 @@ from .group_commit import GroupCommit, PublishFailed, SyncRound
 from .guid import GuidFactory
 from .http_api import HTTPAPI, tls_required_handler
 from .lookup import Lookup
+from .message_queue import queue_name
 from .message_ttl import MessageTTL
 from .options import TLS_REQUIRED
 from .heartbeats import Heartbeats
@@ -214,6 +215,7 @@ class NSQD:
             topic.close()
         await self._run_exit_syncs()
         await self.deferred_store.closed_topics(list(self.topics.values()))  # their messages are in the disk queues
+        await self.file_remover.move_outstanding()  # a topic deleted just before the stop leaves no files
 
     def sync_at_exit(self, job: SyncJob) -> None:
         """A closed disk queue's sync, run with the others' by the graceful stop."""
@@ -312,7 +314,8 @@ class NSQD:
 
     def get_topic(self, name: str, from_metadata: bool = False) -> Topic:
         """The topic, created if new, at once: a new topic may not have started yet (see
-        ``get_started_topic``); one loaded from nsqd.dat starts with its saved channels."""
+        ``get_started_topic``); one loaded from nsqd.dat starts with its saved channels. Not
+        for a name ``removing`` says is taken."""
         topic = self.topics.get(name)
         if topic is None:
             topic = self._create_topic(name, from_metadata)
@@ -324,6 +327,9 @@ class NSQD:
         channels. A command for the topic meanwhile gets it at once, not started: its
         messages wait in the topic for the channels it starts with."""
         topic = self.topics.get(name)
+        if topic is None:
+            await self.removed(name)  # deleted a moment ago: a new one once the old files are out of the way
+            topic = self.topics.get(name)
         if topic is None:
             if self.draining:
                 raise PublishFailed("draining")
@@ -399,6 +405,15 @@ class NSQD:
         if not topic.ephemeral:
             self.persist_metadata()
         return True
+
+    def removing(self, topic_name: str, channel_name: str | None = None) -> bool:
+        """Whether the deleted topic's (or channel's) files are still being moved out of the way:
+        until they are, a new one of that name cannot be made (nsqd/file_remover.py)."""
+        return self.file_remover.busy(queue_name(topic_name, channel_name))
+
+    async def removed(self, topic_name: str, channel_name: str | None = None) -> None:
+        """Return once ``removing`` is false (at once if it is)."""
+        await self.file_remover.settled(queue_name(topic_name, channel_name))
 
     def channel_created(self, channel) -> None:
         self.deferred_store.channel_created(channel)
@@ -491,6 +506,11 @@ class NSQD:
                           self.file_remover.remove)
         self._diskqueues.add(queue)  # not in _used: unwritten, the first round would walk 30,000 new queues
         return queue
+
+    def delete_diskqueue(self, queue: DiskQueue) -> None:
+        """Its topic or channel is deleted: a worker thread moves its files out of the way."""
+        self.forget_diskqueue(queue)
+        self.file_remover.move_away(queue.name, queue.delete(), queue.meta_lock)
 
     def forget_diskqueue(self, queue: DiskQueue) -> None:
         self._diskqueues.discard(queue)

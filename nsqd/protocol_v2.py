@@ -203,7 +203,7 @@ class ProtocolV2:
         topic = self.nsqd.topics.get(command.topic)
         if self.nsqd.draining and (topic is None or not self.nsqd.drain.accepts_channel(topic, command.channel)):
             raise ClientError("E_SUB_FAILED", "SUB failed draining")  # beyond NSQ: nsqd/drain.py
-        if topic is None:
+        if topic is None or self.nsqd.removing(command.topic, command.channel):
             return self._after_topic_start(self.sub, command)
         channel = topic.get_channel(command.channel)
         limit = self.nsqd.opts.max_channel_consumers
@@ -278,8 +278,10 @@ class ProtocolV2:
 
     async def _after_topic_start(self, handler, command) -> None:
         """``handler(command)`` once the topic it creates has started: nsqd answers the
-        command that creates a topic only then (nsqd.get_started_topic)."""
+        command that creates a topic only then (nsqd.get_started_topic); and once the files
+        of a channel of that name deleted a moment ago are out of the way."""
         await self.nsqd.get_started_topic(command.topic)
+        await self.nsqd.removed(command.topic, command.channel)
         pending = handler(command)  # the topic may have gone meanwhile: then it is created again
         if pending is not None:
             await pending

@@ -259,6 +259,26 @@ async def test_finished_messages_leave_the_in_flight_file_and_empty_clears_the_f
     assert queue_files(tmp_path, "t:c") in ([], ["t:c.diskqueue.000001.dat"])
 
 
+async def test_a_deleted_channels_files_go_with_it_and_the_channel_made_again_has_none_of_them(tmp_path):
+    """They are moved away with its disk queue's files by a worker thread (nsqd/file_remover.py):
+    a channel of the same name made right after must not read them back."""
+    server = Server(tmp_path, *WRITE_THROUGH)
+    client = await subscribe(server.tcp_port, "t", "c", rdy=10)
+    await publish(server.tcp_port, "t", bodies("old", 2))
+    received = await receive(client, 2)
+    await client.send(b"REQ " + received[0].id + b" 60000\n")
+    await wait_until(lambda: side_files(tmp_path) == ["t:c.deferred.dat", "t:c.inflight.dat"] and
+                     [k for k, _, _ in side_records(tmp_path / "t:c.deferred.dat")] == [b"D"], what="both files")
+    assert httpx.post(f"{server.http}/channel/delete", params={"topic": "t", "channel": "c"}).status_code == 200
+    assert side_files(tmp_path) == []
+    consumer = await subscribe(server.tcp_port, "t", "c", rdy=10)
+    await publish(server.tcp_port, "t", [b"new"])
+    assert [message.body for message in await receive(consumer, 1)] == [b"new"]
+    [channel] = httpx.get(f"{server.http}/stats", params={"format": "json", "topic": "t"}).json()["topics"][0]["channels"]
+    assert (channel["depth"], channel["deferred_count"], channel["in_flight_count"]) == (0, 0, 1)
+    assert server.stop() == 0
+
+
 # -- the side files' reader ------------------------------------------------------------------------------
 
 def message_record(kind: bytes, value: int, body: bytes, n: int = 1) -> bytes:
