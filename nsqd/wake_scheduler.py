@@ -57,7 +57,7 @@ class WakeScheduler:
         self._deadlines: list[float] = []  # a heap, each deadline once
         self._cells: dict[float, list[list]] = {}  # deadline -> the cells due then, in the order asked
         self._wakes: dict[object, list] = {}  # key -> its current cell, [key, deadline]
-        self._sooner = trio.Event()  # set when the earliest deadline moves earlier
+        self._sleeper = None  # the task while it sleeps: woken when the earliest deadline moves earlier
 
     def wake_at(self, key, deadline: float) -> None:
         """Wake ``key`` at ``deadline``, unless it has a sooner wake-up already."""
@@ -92,8 +92,9 @@ class WakeScheduler:
             return
         self._cells[deadline] = cells
         deadlines = self._deadlines
-        if not deadlines or deadline < deadlines[0]:
-            self._sooner.set()
+        if (not deadlines or deadline < deadlines[0]) and self._sleeper is not None:
+            trio.lowlevel.reschedule(self._sleeper)
+            self._sleeper = None
         heapq.heappush(deadlines, deadline)
 
     def forget(self, key) -> None:
@@ -105,13 +106,29 @@ class WakeScheduler:
     async def run(self) -> None:
         deadlines = self._deadlines
         while True:
-            self._sooner = trio.Event()
             earliest = deadlines[0] if deadlines else math.inf
             if earliest > trio.current_time():
-                with trio.move_on_at(earliest):
-                    await self._sooner.wait()
-                continue
-            self._hand_over_due()
+                await self._sleep_until(earliest)
+            else:
+                self._hand_over_due()
+
+    async def _sleep_until(self, deadline: float) -> None:
+        """Until ``deadline``, or until a sooner deadline is asked for (``_add_cells`` hands the
+        task back). Reaching the deadline raises no Cancelled: its cancel scope's abort hands the
+        task back instead (a Cancelled raised through these frames, with its traceback, made
+        every round of heartbeats dearer); a cancellation from outside (nsqd stopping) is raised
+        as usual."""
+        task = trio.lowlevel.current_task()
+        with trio.move_on_at(deadline) as scope:
+            def abort(_):
+                self._sleeper = None
+                if scope.cancel_called:  # this scope's deadline, not a cancellation from outside
+                    trio.lowlevel.reschedule(task)
+                    return trio.lowlevel.Abort.FAILED
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            self._sleeper = task
+            await trio.lowlevel.wait_task_rescheduled(abort)
 
     def _hand_over_due(self) -> None:
         """One round (its keys held no longer than the call: one forgotten meanwhile is freed)."""

@@ -189,3 +189,18 @@ async def test_keys_asked_together_keep_each_key_s_sooner_wake_up(autojump_clock
     await trio.sleep(5)
     assert recorder.rounds == [(round(start + 0.25, 6), ["alone"]), (round(start + 0.5, 6), ["sooner"]),
                                (round(start + 1.0, 6), ["later"])]
+
+
+async def test_the_task_stops_when_cancelled_while_it_sleeps_even_at_its_deadline(autojump_clock):
+    for cancel_after in (0.5, 1.0):  # before the earliest deadline, and at it
+        recorder = Recorder()
+        start = trio.current_time()
+        recorder.scheduler.wake_at(Key("a"), start + 1.0)
+        recorder.scheduler.wake_at(Key("b"), start + 2.0)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(recorder.scheduler.run)
+                await trio.sleep(cancel_after)
+                nursery.cancel_scope.cancel()
+        assert trio.current_time() == start + cancel_after  # it stopped at once
+        assert recorder.rounds == ([] if cancel_after < 1.0 else [(round(start + 1.0, 6), ["a"])])
