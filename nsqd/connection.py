@@ -177,16 +177,17 @@ class Connection:
         connection's task: what to await first (a coroutine, or None), or a command's error."""
         self._read_since = now
         parser = self._parser
-        if not self.protocol.unanswered and parser.take_lone_nop(data):  # a heartbeat's answer: nothing to do
-            pending = None
-            self._refill()
-        else:
-            parser.receive_data(data)
-            try:
-                pending = _execute_until_wait(parser, self._execute, self._refill)
-            except ClientError as err:
-                # raised again in the task; its traceback here would tie these frames into a cycle
-                return outcome.Error(err.with_traceback(None))
+        if not self.protocol.unanswered and parser.take_lone_nop(data):
+            # a heartbeat's answer, most of what an idle nsqd reads: no command, so no answer, no
+            # output and no room made for messages (every read's commands refill the client before
+            # its next read): nothing to hand back or send
+            return None
+        parser.receive_data(data)
+        try:
+            pending = _execute_until_wait(parser, self._execute, self._refill)
+        except ClientError as err:
+            # raised again in the task; its traceback here would tie these frames into a cycle
+            return outcome.Error(err.with_traceback(None))
         if pending is not None or self.protocol.unanswered or len(self.client.out) > OUTPUT_HIGH_WATER:
             return outcome.Value(pending)
         if self._noted:
@@ -250,11 +251,12 @@ class Connection:
         if not client.flush_now or not self._direct or self._sending:
             self._output_changed.set()
             return
-        self._send_now(client.take_output())
+        if self._send_now(client.take_output()):
+            self._drained.set()
 
-    def _send_now(self, data: bytes | bytearray) -> None:
+    def _send_now(self, data: bytes | bytearray) -> bool:
         """One non-blocking write of ``data`` (the output taken, nothing else waiting to go); what
-        the socket did not take goes back to the client's output for the writer."""
+        the socket did not take goes back to the client's output for the writer. True if it took all."""
         try:
             sent = self.backend.send_now(data)
         except OSError:  # would block, or the socket failed: the writer retries and reports
@@ -262,8 +264,8 @@ class Connection:
         if sent < len(data):
             self.client.keep_unsent(data, sent)
             self._output_changed.set()
-        else:
-            self._drained.set()
+            return False
+        return True
 
     async def _flush(self) -> None:
         data = self.client.take_output()
@@ -381,16 +383,19 @@ class Connection:
             log.info("client %s: no data for %ss, closing", client.remote_address, 2 * interval)
             self.end()
             return None
-        if now + slack >= self._heartbeat_due:
+        heartbeat_due = self._heartbeat_due
+        if now + slack >= heartbeat_due:
             self._send_heartbeat()
-            self._heartbeat_due = now + interval
-        return min(self._heartbeat_due, read_deadline)
+            heartbeat_due = self._heartbeat_due = now + interval
+        return heartbeat_due if heartbeat_due < read_deadline else read_deadline
 
     def _send_heartbeat(self) -> None:
         """Straight to the socket, one constant frame, when nothing else waits to go and the
         backend can write at once: thousands of idle consumers make this most of an idle nsqd's
         work. Otherwise (or for what the socket did not take) through the client's output, after
-        what is there, like any frame."""
+        what is there, like any frame. Nothing waits for the output to drain then (the read loop
+        waits only while output is buffered, and whoever took it last said so), so a whole write
+        says nothing."""
         client = self.client
         if client.out or not self._direct or self._sending or self._closing:
             client.send_heartbeat()

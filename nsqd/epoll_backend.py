@@ -141,9 +141,8 @@ class Poller:
             result = connection.received_in_round(data, now)
         except Exception as exc:  # a defect ends its connection (logged by nsqd), not the poller
             result = outcome.Error(exc)
-        if fd not in self._parked:  # the commands closed their own connection
-            return
-        if result is not None:
+        if result is None:
+            if len(data) == RECEIVE_SIZE or events & CLOSING:
+                self._again.append(fd)  # the next round skips it if its commands closed it meanwhile
+        elif fd in self._parked:  # unless the commands closed their own connection
             self._hand_back(fd, result)
-        elif len(data) == RECEIVE_SIZE or events & CLOSING:
-            self._again.append(fd)

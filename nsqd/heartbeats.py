@@ -14,9 +14,10 @@ every visit due within SLACK of the earliest. What a visit does is the connectio
 connection's straight to its socket, one constant frame; one with output waiting, after it, in
 the round's output batch, nsqd/output_batch.py; no writer woken unless the socket is full) and
 closes the connection if it has been silent past its read deadline, which is checked exactly,
-never early, and says when to come back. A read deadline moves with every read, so the
-scheduler is not told: a visit finds the deadline as it is then, and comes back at it while it
-is still ahead. A connection that ends is forgotten, and freed at once.
+never early, and says when to come back: the round asks the scheduler again for all those
+coming back at one time at once (most of a round: now + the interval). A read deadline moves
+with every read, so the scheduler is not told: a visit finds the deadline as it is then, and
+comes back at it while it is still ahead. A connection that ends is forgotten, and freed at once.
 """
 
 import trio
@@ -41,13 +42,17 @@ class Heartbeats:
             self._scheduler.wake_at(connection, due)
 
     def _visit(self, connections: list, now: float) -> None:
-        """One round: each connection due sends its heartbeat or ends, in one output batch."""
-        wake_at, batch = self._scheduler.wake_at, self._output_batch
+        """One round: each connection due sends its heartbeat or ends, in one output batch; those
+        that go on are woken again in groups by when (mostly one: now + the interval)."""
+        again_at: dict[float, list] = {}
+        batch = self._output_batch
         batch.begin()
         try:
             for connection in connections:
                 again = connection.visit(now, SLACK)
                 if again is not None:
-                    wake_at(connection, again)
+                    again_at.setdefault(again, []).append(connection)
         finally:
+            for again, group in again_at.items():
+                self._scheduler.wake_all_at(group, again)
             batch.end()

@@ -62,7 +62,10 @@ class ProtocolV2:
         self.identified = identified
         self.parser = CommandParser(limits_from(nsqd.opts), tls_required=nsqd.opts.tls_required != TLS_NOT_REQUIRED,
                                     fin_runs=True, mpub_topics=True)
-        self._unanswered: deque = deque()  # (command name, SyncRound or None) of publishes not yet answered
+        # (command name, SyncRound or None) of the publishes whose OK is held (for an fsync, or
+        # behind one that is), in order; the connection reads whether any is (truthy), for every
+        # read, so it is a plain attribute rather than a property (a call a read)
+        self.unanswered: deque = deque()
         self._handlers = {
             Identify: self.identify, Auth: self.auth, Sub: self.sub, Rdy: self.rdy,
             Fin: self.fin, FinRun: self.fin_run, Req: self.req, Touch: self.touch, Cls: self.cls, Nop: self.nop,
@@ -75,7 +78,7 @@ class ProtocolV2:
     def execute(self, command):
         """Run a command; a coroutine to await before the next one, or None."""
         handler = self._handlers[type(command)]
-        if self._unanswered and not isinstance(command, PUBLISHES):
+        if self.unanswered and not isinstance(command, PUBLISHES):
             return self._after_answers(handler, command)
         return handler(command)
 
@@ -85,15 +88,10 @@ class ProtocolV2:
         if pending is not None:
             await pending
 
-    @property
-    def unanswered(self) -> bool:
-        """Publishes whose OK is held (for an fsync, or behind one that is)."""
-        return bool(self._unanswered)
-
     async def answer_publishes(self) -> None:
         """Send the held OKs, in order, as their fsyncs complete. A failed fsync fails the
         first publish still held with E_<CMD>_FAILED (fatal: the connection closes)."""
-        unanswered = self._unanswered
+        unanswered = self.unanswered
         while unanswered:
             name, sync_round = unanswered[0]
             if sync_round is not None:
@@ -271,10 +269,10 @@ class ProtocolV2:
 
     def _published(self, command_name: str, topic: str, count: int, sync_round: SyncRound | None) -> None:
         self.client.published(topic, count)
-        if sync_round is None and not self._unanswered:
+        if sync_round is None and not self.unanswered:
             self.client.send_response(OK)
         else:
-            self._unanswered.append((command_name, sync_round))
+            self.unanswered.append((command_name, sync_round))
 
     async def _after_topic_start(self, handler, command) -> None:
         """``handler(command)`` once the topic it creates has started: nsqd answers the

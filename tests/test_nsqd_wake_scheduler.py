@@ -153,3 +153,54 @@ async def test_keys_sharing_a_deadline_each_come_once_even_after_a_forget_and_a_
     recorder.scheduler.wake_at(again, start + 1.0)  # the same deadline, asked anew: after "other"
     await trio.sleep(5)
     assert recorder.rounds == [(round(start + 1.0, 6), ["other", "again"])]
+
+
+async def test_keys_asked_together_join_those_due_then_and_come_again_whole(autojump_clock, recorder):
+    start = trio.current_time()
+    first, keys = Key("first"), [Key(name) for name in ("a", "b", "c")]
+    recorder.scheduler.wake_at(first, start + 0.5)
+    recorder.scheduler.wake_all_at(keys, start + 0.5)  # none has a wake-up: after "first", in the order given
+    rounds = []
+
+    def again(due, now):  # each round asks its keys again at once, as the heartbeats do
+        rounds.append(now)
+        if len(rounds) < 3:
+            recorder.scheduler.wake_all_at(due, now + 0.75)
+
+    recorder.then = again
+    await trio.sleep(1.0)
+    recorder.scheduler.forget(keys[1])  # between the rounds: gone from the next, and freed at once
+    freed = weakref.ref(keys.pop(1))
+    gc.collect()
+    assert freed() is None
+    await trio.sleep(5)
+    assert recorder.rounds == [(round(start + 0.5, 6), ["first", "a", "b", "c"]),
+                               (round(start + 1.25, 6), ["first", "a", "c"]),
+                               (round(start + 2.0, 6), ["first", "a", "c"])]
+
+
+async def test_keys_asked_together_keep_each_key_s_sooner_wake_up(autojump_clock, recorder):
+    start = trio.current_time()
+    sooner, later, alone = Key("sooner"), Key("later"), Key("alone")
+    recorder.scheduler.wake_at(sooner, start + 0.5)
+    recorder.scheduler.wake_all_at([later, sooner], start + 1.0)  # "sooner" keeps 0.5, and comes once
+    recorder.scheduler.wake_all_at([alone], start + 0.25)
+    recorder.scheduler.wake_all_at([alone], start + 2.0)  # later than its wake-up: kept at 0.25
+    await trio.sleep(5)
+    assert recorder.rounds == [(round(start + 0.25, 6), ["alone"]), (round(start + 0.5, 6), ["sooner"]),
+                               (round(start + 1.0, 6), ["later"])]
+
+
+async def test_the_task_stops_when_cancelled_while_it_sleeps_even_at_its_deadline(autojump_clock):
+    for cancel_after in (0.5, 1.0):  # before the earliest deadline, and at it
+        recorder = Recorder()
+        start = trio.current_time()
+        recorder.scheduler.wake_at(Key("a"), start + 1.0)
+        recorder.scheduler.wake_at(Key("b"), start + 2.0)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(recorder.scheduler.run)
+                await trio.sleep(cancel_after)
+                nursery.cancel_scope.cancel()
+        assert trio.current_time() == start + cancel_after  # it stopped at once
+        assert recorder.rounds == ([] if cancel_after < 1.0 else [(round(start + 1.0, 6), ["a"])])
