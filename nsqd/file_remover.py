@@ -127,7 +127,7 @@ class FileRemover:
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                log.error("failed to remove %s - %s", path, exc)
+                log.error("failed to move %s out of the way - %s", path, exc)
         return renamed
 
 
