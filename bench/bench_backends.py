@@ -22,7 +22,6 @@ on 16 connections with default flags, in --runfor.
 
 import argparse
 import re
-import statistics
 import sys
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from bench import go_tools, nsq_tools  # noqa: E402
 from bench.bench_beyond import Meter, stop  # noqa: E402
 from bench.loads import IN_MEMORY, Daemon, nsq_tool_loads, replica_loads  # noqa: E402
 from bench.nsq_socket import BenchConnection  # noqa: E402
-from bench.nsqd_process import OURS, free_port, running_nsqd  # noqa: E402
+from bench.nsqd_process import OURS, running_nsqd  # noqa: E402
 from bench.side_by_side import medians, round_text  # noqa: E402
 from common.commands import Mpub, Pub, Sub  # noqa: E402
 
@@ -58,9 +57,7 @@ def timed(args) -> None:
         for number in range(args.runs):
             for name in names[number % len(names):] + names[:number % len(names)]:
                 command, root = chosen[name]
-                http_address = f"127.0.0.1:{free_port()}"
-                with running_nsqd(*load.flags, f"--http-address={http_address}", command=command,
-                                  root=root) as (proc, tcp_address):
+                with running_nsqd(*load.flags, command=command, root=root) as (proc, tcp_address, http_address):
                     result = load.run(Daemon(proc.pid, tcp_address, http_address))
                 rounds[name].append(result)
                 print(f"{key} round {number + 1}, {name}: {round_text(load, result)}", file=sys.stderr, flush=True)
@@ -77,7 +74,7 @@ def timed(args) -> None:
 
 def counted(meter: Meter, flags: list[str], work) -> float:
     """nsqd's instructions per message for ``work(address)``, which returns its message count."""
-    proc, address = meter.start(flags)
+    proc, address, _ = meter.start(flags)
     try:
         warm = BenchConnection(address)
         warm.send(Sub("sub_bench", "ch").to_bytes())  # topic and channel exist before the measured work

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.nsq_socket import BenchConnection  # noqa: E402
-from bench.nsqd_process import cpu_seconds, free_port, rss_kib, running_nsqd  # noqa: E402
+from bench.nsqd_process import cpu_seconds, rss_kib, running_nsqd  # noqa: E402
 from bench.workers import run_workers  # noqa: E402
 from common.commands import Mpub  # noqa: E402
 
@@ -80,8 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=10_000_000)
     args = parser.parse_args()
-    http_address = f"127.0.0.1:{free_port()}"
-    with running_nsqd(f"--http-address={http_address}") as (proc, address):
+    with running_nsqd() as (proc, address, http_address):
         data_path = Path(next(arg.split("=", 1)[1] for arg in proc.args if arg.startswith("--data-path=")))
         create_channel(http_address)
         rss = PeakRss(proc.pid)

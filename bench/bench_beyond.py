@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_http_pub import request_bytes  # noqa: E402
 from bench.go_tools import start_tool  # noqa: E402
 from bench.nsq_socket import BenchConnection  # noqa: E402
-from bench.nsqd_process import cpu_seconds, free_port, start_nsqd  # noqa: E402
+from bench.nsqd_process import Started, cpu_seconds, start_nsqd  # noqa: E402
 from bench.workers import read_http_response  # noqa: E402
 from common.commands import Dpub, Mpub  # noqa: E402
 
@@ -85,7 +85,7 @@ class Meter:
         self.root = root
         self._out = Path(tempfile.mkdtemp(prefix="bench-beyond-")) / "callgrind.out"
 
-    def start(self, flags: list[str]) -> tuple[subprocess.Popen, str]:
+    def start(self, flags: list[str]) -> Started:
         prefix = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={self._out}") if self.callgrind else ()
         return start_nsqd(*flags, prefix=prefix, root=self.root)
 
@@ -112,8 +112,8 @@ def http_pub(meter: Meter, flags: list[str], args) -> tuple[float, float]:
     """(requests/s, nsqd's cost per request). Counting instructions, --requests requests one
     after another on one connection: a fixed amount of work, not what a slowed nsqd gets done
     in a time (which would count its timers' work over fewer requests)."""
-    port = free_port()
-    proc, _ = meter.start([f"--http-address=127.0.0.1:{port}", *flags])
+    proc, _, http_address = meter.start(flags)
+    port = int(http_address.rpartition(":")[2])
     try:
         if meter.callgrind:
             return _sequential_pubs(meter, proc, port, args.requests)
@@ -190,7 +190,7 @@ def _defer(producer: BenchConnection, count: int) -> None:
 def _drain(meter: Meter, flags: list[str], args, fill, measure_filling: bool = False) -> tuple[float, float]:
     memory = [] if any(flag.startswith("--mem-queue-size") for flag in flags) else [
         f"--mem-queue-size={args.count + BATCH}"]
-    proc, address = meter.start([*memory, *flags])
+    proc, address, _ = meter.start([*memory, *flags])
     try:
         producer = BenchConnection(address)
         producer.send(b"SUB sub_bench ch\n")  # the channel exists before the messages

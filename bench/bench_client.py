@@ -181,7 +181,7 @@ def preload(address: str, count: int) -> None:
 
 
 def one_run(kind: str, client: str, count: int) -> tuple[dict, float]:
-    proc, address = start_nsqd(*NSQD_FLAGS)
+    proc, address, _ = start_nsqd(*NSQD_FLAGS)
     try:
         if kind == "consume":
             preload(address, count)

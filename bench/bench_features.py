@@ -44,7 +44,7 @@ def certificate_flags(directory: str) -> list[str]:
 
 
 def run_publish(nsqd_flags: list[str], mode_flags: list[str], runfor: str) -> tuple[float, float]:
-    proc, address = start_nsqd(*nsqd_flags)
+    proc, address, _ = start_nsqd(*nsqd_flags)
     try:
         out = start_tool("bench_writer.py", f"--nsqd-tcp-address={address}", f"--runfor={runfor}", "--connections=2",
                      f"--size={SIZE}", f"--batch-size={BATCH}", *mode_flags).communicate()[0]
@@ -55,7 +55,7 @@ def run_publish(nsqd_flags: list[str], mode_flags: list[str], runfor: str) -> tu
 
 
 def run_consume(nsqd_flags: list[str], mode_flags: list[str], count: int) -> tuple[float, float]:
-    proc, address = start_nsqd(*nsqd_flags)
+    proc, address, _ = start_nsqd(*nsqd_flags)
     try:
         producer = BenchConnection(address)
         batch = Mpub("sub_bench", [b"a" * SIZE] * BATCH).to_bytes()

@@ -46,7 +46,7 @@ def one_run(meter: Meter, args, heartbeat_s: float) -> tuple[float, float]:
     seconds, or instructions with --callgrind."""
     done, results = multiprocessing.Event(), multiprocessing.Queue()
     topics = [f"idle{index}" for index in range(TOPICS)]
-    proc, address = meter.start([])
+    proc, address, _ = meter.start([])
     try:
         workers = start_consumers(address, topics, args.consumers, PROCESSES, round(heartbeat_s * 1000), done,
                                   results)

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.nsqd_process import cpu_seconds, free_port, rss_kib, running_nsqd  # noqa: E402
+from bench.nsqd_process import cpu_seconds, rss_kib, running_nsqd  # noqa: E402
 from common.goflags import parse_duration  # noqa: E402
 
 SAMPLE_EVERY = 5.0
@@ -48,8 +48,7 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=2)
     parser.add_argument("--watch", default="60s")
     args = parser.parse_args()
-    http_address = f"127.0.0.1:{free_port()}"
-    with running_nsqd(f"--http-address={http_address}") as (proc, _):
+    with running_nsqd() as (proc, _, http_address):
         baseline = rss_kib(proc.pid)
         started = time.monotonic()
         create(http_address, args.topics, args.channels)

@@ -107,7 +107,7 @@ def measure(pid: int, address: str, rate: float, runfor: float) -> tuple[dict, f
 
 
 def one_run(rate: float, runfor: float) -> tuple[dict, float]:
-    with running_nsqd() as (proc, address):
+    with running_nsqd() as (proc, address, _):
         return measure(proc.pid, address, rate, runfor)
 
 

@@ -141,7 +141,7 @@ def main() -> None:
     topics = [f"many{index}" for index in range(args.topics)]
     heartbeat_ms = round(parse_duration(args.heartbeat_interval) * 1000)
     stop, results = multiprocessing.Event(), multiprocessing.Queue()
-    with running_nsqd() as (proc, address):
+    with running_nsqd() as (proc, address, _):
         try:
             started = time.monotonic()
             workers = start_consumers(address, topics, args.consumers, args.processes, heartbeat_ms, stop, results)

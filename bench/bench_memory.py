@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=1000)
     args = parser.parse_args()
-    proc, address = start_nsqd(f"--mem-queue-size={args.messages}")
+    proc, address, _ = start_nsqd(f"--mem-queue-size={args.messages}")
     try:
         consumer = BenchConnection(address)
         consumer.sock.sendall(Sub("mem_bench", "ch").to_bytes())

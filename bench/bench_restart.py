@@ -58,13 +58,13 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data_path:
         flags = (f"--data-path={data_path}", "--mem-queue-size=0")
-        proc, address = start_nsqd(*flags)
+        proc, address, _ = start_nsqd(*flags)
         fill(address, args.messages, args.size)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
         on_disk = sum(path.stat().st_size for path in Path(data_path).iterdir())
         started = time.monotonic()
-        proc, address = start_nsqd(*flags)
+        proc, address, _ = start_nsqd(*flags)
         first_message(address)
         elapsed = time.monotonic() - started
         proc.send_signal(signal.SIGTERM)

@@ -35,7 +35,6 @@ to disk). --quick: a small scene and a 2 s window, for the smoke test.
 import argparse
 import multiprocessing
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_many_consumers import start_consumers  # noqa: E402
 from bench.nsq_socket import BenchConnection  # noqa: E402
-from bench.nsqd_process import OURS, cpu_seconds, rss_kib, start_nsqd  # noqa: E402
+from bench.nsqd_process import OURS, Started, cpu_seconds, rss_kib, start_nsqd  # noqa: E402
 from bench.side_by_side import load_average  # noqa: E402
 from common.commands import Mpub  # noqa: E402
 from common.goflags import parse_duration  # noqa: E402
@@ -171,9 +170,7 @@ def wait_for_quiet(pid: int) -> float:
     return time.monotonic() - started
 
 
-def started(daemon: Daemon, data_path: str, scene: Scene) -> tuple[subprocess.Popen, str]:
-    # HTTP on port 0 (start_nsqd's default): a port picked free beforehand can be taken by the time
-    # nsqd binds it, and the daemon then exits after logging its TCP listener (seen once under load).
+def started(daemon: Daemon, data_path: str, scene: Scene) -> Started:
     return start_nsqd(f"--data-path={data_path}",
                       f"--mem-queue-size={scene.mem_queue_size}", command=daemon.command, root=daemon.root)
 
@@ -181,7 +178,7 @@ def started(daemon: Daemon, data_path: str, scene: Scene) -> tuple[subprocess.Po
 def baseline_rss(daemon: Daemon, scene: Scene) -> int:
     """The RSS of the daemon started in an empty data directory."""
     with tempfile.TemporaryDirectory(prefix="nsqd-scale-") as data_path:
-        proc, _ = started(daemon, data_path, scene)
+        proc, _, _ = started(daemon, data_path, scene)
         try:
             return settled_rss(proc.pid)
         finally:
@@ -193,7 +190,7 @@ def one_round(daemon: Daemon, scene: Scene) -> Round:
     baseline = baseline_rss(daemon, scene)
     with tempfile.TemporaryDirectory(prefix="nsqd-scale-") as data_path:
         write_topics(data_path, scene)
-        proc, tcp_address = started(daemon, data_path, scene)
+        proc, tcp_address, _ = started(daemon, data_path, scene)
         stop = multiprocessing.Event()
         results = multiprocessing.Queue()
         workers = []

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.nsq_socket import BenchConnection  # noqa: E402
-from bench.nsqd_process import OURS, free_port, start_nsqd  # noqa: E402
+from bench.nsqd_process import OURS, logged_listeners, start_nsqd  # noqa: E402
 from bench.stall_ops import SIZE, Daemon, Operation, operations  # noqa: E402
 from common.commands import Pub  # noqa: E402
 from tests.go_nsq import go_program, missing_reason  # noqa: E402
@@ -94,39 +94,22 @@ def figures(trips: list[float]) -> dict[str, float]:
 @contextlib.contextmanager
 def lookupd():
     """Go's nsqlookupd, for the whole run: its TCP address."""
-    tcp, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    proc = subprocess.Popen([go_program("nsqlookupd"), f"--tcp-address={tcp}", f"--http-address={http}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([go_program("nsqlookupd"), "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while not _listening(tcp):
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("nsqlookupd did not start")
-            time.sleep(0.05)
-        yield tcp
+        yield logged_listeners(proc, {"TCP"})["TCP"]
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-
-
-def _listening(address: str) -> bool:
-    import socket
-
-    host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host, int(port)), timeout=1).close()
-    except OSError:
-        return False
-    return True
 
 
 def one_run(operation: Operation, name: str, command: tuple[str, ...], lookupd_address: str, args) -> dict:
     """The operation once on a fresh daemon: the steady publisher's figures during it."""
     with tempfile.TemporaryDirectory(prefix="nsqd-stalls-") as data_path:
         operation.prepare(data_path)
-        http_address = f"127.0.0.1:{free_port()}"
-        proc, tcp_address = start_nsqd(f"--data-path={data_path}", f"--http-address={http_address}",
-                                       f"--lookupd-tcp-address={lookupd_address}", *operation.flags, command=command)
+        proc, tcp_address, http_address = start_nsqd(f"--data-path={data_path}",
+                                                     f"--lookupd-tcp-address={lookupd_address}", *operation.flags,
+                                                     command=command)
         try:
             daemon = Daemon(name, tcp_address, http_address)
             daemon.wait_for_http()

@@ -79,7 +79,7 @@ def fsyncs_counted(perf: subprocess.Popen | None) -> int | None:
 
 def one_run(flags: list[str], args) -> tuple[float, float | None, float]:
     """msgs/s, fsyncs/s (None without perf) and nsqd's CPU seconds for one fresh nsqd."""
-    proc, address = start_nsqd("--mem-queue-size=0", *flags)
+    proc, address, _ = start_nsqd("--mem-queue-size=0", *flags)
     try:
         runfor = parse_duration(args.runfor)
         perf = count_fsyncs(proc.pid, runfor + 0.5)

@@ -26,15 +26,14 @@ sys.path.insert(0, str(ROOT))
 
 from bench import nsq_tools  # noqa: E402
 from bench.loads import Daemon, LatencyLoad, Load, Round, nsq_tool_loads, replica_loads  # noqa: E402
-from bench.nsqd_process import OURS, free_port, running_nsqd  # noqa: E402
+from bench.nsqd_process import OURS, running_nsqd  # noqa: E402
 from tests.go_nsq import go_program, missing_reason  # noqa: E402
 
 DAEMONS = (("Go", (go_program("nsqd"),)), ("ours", OURS))
 
 
 def one_round(load, command: tuple[str, ...]) -> Round:
-    http_address = f"127.0.0.1:{free_port()}"
-    with running_nsqd(*load.flags, f"--http-address={http_address}", command=command) as (proc, tcp_address):
+    with running_nsqd(*load.flags, command=command) as (proc, tcp_address, http_address):
         return load.run(Daemon(proc.pid, tcp_address, http_address))
 
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from common.commands import MAGIC_V2, Identify
 from common.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, Frame, FrameReader
@@ -24,6 +25,13 @@ def task_count(task=None) -> int:
     """The trio tasks running now (in this run: an in-process nsqd's with the test's)."""
     task = task or trio.lowlevel.current_root_task()
     return 1 + sum(task_count(child) for nursery in task.child_nurseries for child in nursery.child_tasks)
+
+
+async def settled_task_count() -> int:
+    """The tasks once every one has run to its first wait: a task started just now opens its own
+    nursery (nsqd's file remover does) only when it first runs, so a count taken before that is short."""
+    await trio.testing.wait_all_tasks_blocked()
+    return task_count()
 
 
 class LoopbackConnection:

@@ -18,7 +18,7 @@ import trio
 
 from common.commands import MAGIC_V2, Auth, Cls, Dpub, Fin, Identify, Mpub, Nop, Pub, Rdy, Req, Sub, Touch
 
-from .helpers import NsqdProcess, RawClient, task_count
+from .helpers import NsqdProcess, RawClient, settled_task_count, task_count
 
 CONNECTIONS = 50
 BEHAVIOUR_CAP = 0.6  # seconds one hostile connection lives at most
@@ -308,7 +308,7 @@ async def test_nsqd_process_survives_hostile_clients(tmp_path):
 
 async def test_in_process_nsqd_keeps_no_task_or_connection_of_hostile_clients(start_nsqd):
     nsqd = await start_nsqd(max_msg_size=65536, max_body_size=262144, mem_queue_size=1000)
-    tasks = task_count()
+    tasks = await settled_task_count()
 
     steady, opened = await fuzz_while_steady(nsqd.tcp_port, 2.0, seed=3)
     assert opened > CONNECTIONS and steady.round_trips >= 5 and steady.slowest < ROUND_TRIP_TIMEOUT

@@ -9,12 +9,12 @@ import weakref
 
 import trio
 
-from .helpers import task_count
+from .helpers import settled_task_count, task_count
 from .waiting import await_until
 
 
 async def test_idle_topics_and_channels_run_no_task(nsqd):
-    tasks = task_count()
+    tasks = await settled_task_count()
     for index in range(20):
         topic = nsqd.get_topic(f"idle{index}")
         for name in ("a", "b"):
@@ -26,7 +26,7 @@ async def test_idle_topics_and_channels_run_no_task(nsqd):
 async def test_a_backlog_is_pumped_to_a_new_channel_and_then_the_pump_ends(nsqd):
     topic = nsqd.get_topic("backlog")
     topic.publish([b"%d" % i for i in range(2500)], time.time_ns())  # more than one pump batch
-    tasks = task_count()
+    tasks = await settled_task_count()
     channel = topic.get_channel("c")
     assert task_count() == tasks + 1  # the pump
     await await_until(lambda: (topic.depth, channel.depth) == (0, 2500), what="the backlog in the channel")
@@ -39,7 +39,7 @@ async def test_a_paused_topic_pumps_its_backlog_once_unpaused(nsqd):
     channel = topic.get_channel("c")
     topic.pause()
     topic.publish([b"held"], time.time_ns())
-    tasks = task_count()
+    tasks = await settled_task_count()
     assert (topic.depth, channel.depth) == (1, 0)
     topic.unpause()
     await await_until(lambda: (topic.depth, channel.depth) == (0, 1), what="the held message in the channel")
