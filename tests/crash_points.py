@@ -224,8 +224,24 @@ class Model:
             for life, count in after_fin.items():
                 allowed = 0 if life == born else 1  # a kill -9 may bring it back once
                 if count > allowed and not (life == fin.life and fin.outcome == "unknown"):
-                    found.append(f"delivered {count} times in life {life} after its FIN in life {fin.life}")
+                    found.append(f"delivered {count} times in life {life} after its FIN in life {fin.life} "
+                                 f"(published in life {born}; {trail(copy)})")
         return found
+
+
+def trail(copy: Copy) -> str:
+    """What happened to a copy, life by life: deliveries (ID, attempts) and commands (outcome)."""
+    steps, life = [], None
+    for event in copy.events:
+        if event.life != life:
+            life = event.life
+            steps.append(f"life {life}:")
+        if isinstance(event, Delivery):
+            steps.append(f"delivered {event.msg_id.decode(errors='replace')} attempts {event.attempts}")
+        else:
+            delay = f" {event.delay:g} s" if event.kind == "REQ" else ""
+            steps.append(f"{event.kind}{delay} {event.outcome}")
+    return " ".join(steps)
 
 
 # -- the load ------------------------------------------------------------------------------------
