@@ -3,11 +3,14 @@
 nsqd (nsqd/protocol_v2.go, the messagePump's heartbeat ticker) sends each client ``_heartbeat_``
 every heartbeat interval from when it started to pump. Here a heartbeat due at ``due`` goes at
 the grid point at or before it: the latest multiple of ``interval / GRID`` on trio's clock. So
-it goes at most a sixty-fourth of the interval early (0.47 s of NSQ's default 30 s), the first
-one only: a connection sent its heartbeat at a grid point is due again ``interval`` later, which
-is the grid point ``GRID`` steps on, so from then on its heartbeats are exactly ``interval``
-apart, as NSQ's ticker's are. A client is never sent them further apart than its interval; its
-read deadline (two intervals of silence, then it is closed) is not on the grid, and is exact.
+the first goes at most a sixty-fourth of the interval early (0.47 s of NSQ's default 30 s), and
+each is due again one interval after it went, put on the grid the same way: one sent at its grid
+point (or after it, within a step) is due again exactly ``interval`` on, the grid point ``GRID``
+steps on, so a connection's heartbeats then come ``interval`` apart, as NSQ's ticker's do. The
+heartbeat task may take one up to its SLACK (20 ms, nsqd/heartbeats.py) before its grid point,
+with a round due just before it; the next then comes a step sooner. Never later: a client is
+never sent them further apart than its interval. Its read deadline (two intervals of silence,
+then it is closed) is not on the grid, and is exact.
 
 Why: every connection whose heartbeat falls in one step of the grid goes in one round of nsqd's
 heartbeat task (nsqd/heartbeats.py), so thousands of idle consumers that connected at scattered
