@@ -52,6 +52,7 @@ from common.frames import HEARTBEAT_FRAME, OK
 from common.protocol_v2 import NEED_DATA
 
 from .client import Client
+from .heartbeat_grid import heartbeat_time
 from .io_backend import ENDED
 from .protocol_v2 import ProtocolV2
 from .tls import tls_state
@@ -369,7 +370,7 @@ class Connection:
         """Heartbeats from ``now`` at the client's interval: when the first visit is due
         (None when the client turned them off)."""
         interval = self.client.heartbeat_interval
-        self._heartbeat_due = now + interval if interval > 0 else math.inf
+        self._heartbeat_due = heartbeat_time(now + interval, interval) if interval > 0 else math.inf
         return self._heartbeat_due if interval > 0 else None
 
     def visit(self, now: float, slack: float) -> float | None:
@@ -386,7 +387,7 @@ class Connection:
         heartbeat_due = self._heartbeat_due
         if now + slack >= heartbeat_due:
             self._send_heartbeat()
-            heartbeat_due = self._heartbeat_due = now + interval
+            heartbeat_due = self._heartbeat_due = heartbeat_time(now + interval, interval)
         return heartbeat_due if heartbeat_due < read_deadline else read_deadline
 
     def _send_heartbeat(self) -> None:

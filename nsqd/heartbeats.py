@@ -9,7 +9,11 @@ consumers on 1 s heartbeats gave runs of 1.6 s spent expiring deadlines, long en
 clients to miss their read deadlines and be dropped.
 
 Here one task (nsqd/wake_scheduler.py) keeps each connection's next visit and wakes once for
-every visit due within SLACK of the earliest. What a visit does is the connection's
+every visit due within SLACK of the earliest, at most ROUND_MOST of them a round (the rest come
+in the next round, once every other task has run): a heartbeat is ~20 µs of nsqd's CPU, mostly
+its write, so a round of thousands would hold the event loop for tens of milliseconds. Heartbeats
+go on a grid (nsqd/heartbeat_grid.py), so the connections of one interval share at most 64
+rounds an interval. What a visit does is the connection's
 (Connection.visit, nsqd/connection.py): it writes the heartbeat if it is due (an idle
 connection's straight to its socket, one constant frame; one with output waiting, after it, in
 the round's output batch, nsqd/output_batch.py; no writer woken unless the socket is full) and
@@ -25,12 +29,13 @@ import trio
 from .wake_scheduler import WakeScheduler
 
 SLACK = 0.02  # heartbeats due this soon after the earliest go out with it
+ROUND_MOST = 100  # connections visited in one round at most: ~2 ms of the event loop
 
 
 class Heartbeats:
     def __init__(self, output_batch):
         self._output_batch = output_batch
-        self._scheduler = WakeScheduler(self._visit, SLACK)
+        self._scheduler = WakeScheduler(self._visit, SLACK, ROUND_MOST)
         self.run = self._scheduler.run
         self.forget = self._scheduler.forget
 

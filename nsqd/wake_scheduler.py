@@ -22,6 +22,9 @@ Its timing rules (tests/test_nsqd_wake_scheduler.py checks each under trio's Moc
   the order asked), with the clock read once for all of them, so the owner can batch what
   they do (heartbeats: one output batch, nsqd/output_batch.py). A key handed over has no
   wake-up left: the owner asks again, in the call or later, for the next.
+* A round hands over at most ``most`` keys (no limit by default), so no round holds the event
+  loop for long however many keys come due at once; the rest (due by then plus ``slack``)
+  come in the next round, after a checkpoint that lets every other task run first.
 
 Every clock read is trio's (``trio.current_time``, the one nsqd's I/O seam gives every timing
 rule: nsqd/io_backend.py), so trio.testing.MockClock drives the scheduler in the tests.
@@ -51,9 +54,10 @@ import trio
 
 
 class WakeScheduler:
-    def __init__(self, due: Callable[[list, float], None], slack: float = 0.0):
+    def __init__(self, due: Callable[[list, float], None], slack: float = 0.0, most: float = math.inf):
         self._due = due
         self._slack = slack
+        self._most = most  # keys a round hands over at most
         self._deadlines: list[float] = []  # a heap, each deadline once
         self._cells: dict[float, list[list]] = {}  # deadline -> the cells due then, in the order asked
         self._wakes: dict[object, list] = {}  # key -> its current cell, [key, deadline]
@@ -109,8 +113,9 @@ class WakeScheduler:
             earliest = deadlines[0] if deadlines else math.inf
             if earliest > trio.current_time():
                 await self._sleep_until(earliest)
-            else:
-                self._hand_over_due()
+                continue
+            while self._hand_over_due():  # a full round: the rest come after every other task
+                await trio.lowlevel.checkpoint()
 
     async def _sleep_until(self, deadline: float) -> None:
         """Until ``deadline``, or until a sooner deadline is asked for (``_add_cells`` hands the
@@ -130,19 +135,26 @@ class WakeScheduler:
             self._sleeper = task
             await trio.lowlevel.wait_task_rescheduled(abort)
 
-    def _hand_over_due(self) -> None:
-        """One round (its keys held no longer than the call: one forgotten meanwhile is freed)."""
+    def _hand_over_due(self) -> bool:
+        """One round (its keys held no longer than the call: one forgotten meanwhile is freed);
+        True if it was full (more may be due)."""
         now = trio.current_time()
         keys = self._take_due(now + self._slack)
         if keys:
             self._due(keys, now)
+        return len(keys) >= self._most
 
     def _take_due(self, by: float) -> list:
-        """Every live key due by ``by``, in deadline order, with its wake-up gone."""
-        deadlines, cells, wakes, keys = self._deadlines, self._cells, self._wakes, []
+        """The live keys due by ``by``, in deadline order, at most ``most``, with their wake-ups gone."""
+        deadlines, cells, wakes, keys, most = self._deadlines, self._cells, self._wakes, [], self._most
         while deadlines and deadlines[0] <= by:
-            for key, _ in cells.pop(heapq.heappop(deadlines)):
+            due_then = cells[deadlines[0]]
+            for index, (key, _) in enumerate(due_then):
                 if key is not None:
+                    if len(keys) >= most:
+                        cells[deadlines[0]] = due_then[index:]  # due still, in the next round
+                        return keys
                     del wakes[key]
                     keys.append(key)
+            del cells[heapq.heappop(deadlines)]
         return keys

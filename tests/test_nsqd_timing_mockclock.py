@@ -11,6 +11,7 @@ accepted socket (NSQD.serve_connection), so they run on the portable backend; th
 side they exercise is the same for the fast path (nsqd/connection.py).
 """
 
+import math
 import struct
 
 import pytest
@@ -276,6 +277,33 @@ async def test_heartbeats_come_at_each_clients_own_interval_and_a_reply_keeps_it
         nursery.start_soon(collect, 1000, 1)  # leaves after its first heartbeat
         nursery.start_soon(collect, 1500, 4)
     assert times == {2000: [2.0, 4.0, 6.0], 1000: [1.0], 1500: [1.5, 3.0, 4.5, 6.0]}
+
+
+async def test_heartbeats_go_on_a_grid_of_a_64th_of_the_interval_then_exactly_an_interval_apart(
+        autojump_clock, broker):
+    await trio.sleep(0.3)  # off the grid: 19.2 steps of 1/64 s
+    client = await broker.connect(heartbeat_interval=1000)
+    connected, arrivals = trio.current_time(), []
+    while len(arrivals) < 4:
+        assert await client.read_any_frame(10) == HEARTBEAT
+        arrivals.append(trio.current_time())
+        await client.send(b"NOP\n")
+    first = math.floor((connected + 1) * 64) / 64  # the grid point before the 1 s the client asked for
+    assert 1 - 1 / 64 < first - connected < 1
+    assert arrivals == [exactly(first + n) for n in range(4)]
+
+
+async def test_a_silent_client_off_the_grid_is_still_closed_exactly_two_intervals_on(autojump_clock, broker):
+    await trio.sleep(0.3)
+    client = await broker.connect(heartbeat_interval=1000)
+    connected, arrivals = trio.current_time(), []
+    with pytest.raises(EOFError):
+        while True:
+            assert await client.read_any_frame(10) == HEARTBEAT
+            arrivals.append(trio.current_time())
+    assert since(connected) == exactly(2.0)
+    first = math.floor((connected + 1) * 64) / 64  # on the grid, early; the second, a hair before the close
+    assert arrivals == [exactly(first), exactly(first + 1)]
 
 
 async def test_heartbeats_keep_coming_while_subscribed(autojump_clock, broker):

@@ -3,6 +3,7 @@ timing rules at its exact virtual time (pytest-trio's ``autojump_clock`` jumps t
 whenever every task waits, so no test waits for a real second)."""
 
 import gc
+import math
 import weakref
 
 import pytest
@@ -24,8 +25,8 @@ class Key:
 class Recorder:
     """A scheduler's owner: records each round as (virtual time, the keys' names)."""
 
-    def __init__(self, slack: float = 0.0):
-        self.scheduler = WakeScheduler(self.due, slack)
+    def __init__(self, slack: float = 0.0, most: float = math.inf):
+        self.scheduler = WakeScheduler(self.due, slack, most)
         self.rounds: list[tuple[float, list[str]]] = []
         self.then = None  # called with (keys, now) after each round is recorded
 
@@ -84,6 +85,33 @@ async def test_slack_hands_over_keys_due_that_soon_after_the_earliest_never_soon
     assert slack_recorder.rounds == [(round(start + 1.0, 6), ["first", "within"]),
                                      (round(start + 1.1001, 6), ["beyond"]),
                                      (round(start + 2.0, 6), ["its_own"])]
+
+
+async def test_a_round_hands_over_at_most_most_keys_the_rest_next_after_every_other_task(autojump_clock, nursery):
+    recorder = Recorder(slack=0.1, most=2)
+    nursery.start_soon(recorder.scheduler.run)
+    start = trio.current_time()
+    keys = {name: Key(name) for name in ("a", "b", "gone", "c", "d", "e", "later")}
+    for name, delay in (("a", 1.0), ("b", 1.0), ("gone", 1.0), ("c", 1.05), ("d", 1.08), ("e", 1.08), ("later", 1.2)):
+        recorder.scheduler.wake_at(keys[name], start + delay)
+    recorder.scheduler.forget(keys["gone"])  # a forgotten key takes no place in a round
+    runs = []  # the rounds and another task's turns, in the order they came
+
+    async def other_task() -> None:
+        await trio.sleep_until(start + 1.0)
+        for _ in range(6):
+            runs.append("other")
+            await trio.lowlevel.checkpoint()
+
+    recorder.then = lambda keys, now: runs.append([key.name for key in keys])
+    nursery.start_soon(other_task)
+    await trio.sleep(3)
+    assert recorder.rounds == [(round(start + 1.0, 6), ["a", "b"]), (round(start + 1.0, 6), ["c", "d"]),
+                               (round(start + 1.0, 6), ["e"]), (round(start + 1.2, 6), ["later"])]
+    # each full round is followed by the other task's turn before the next round
+    for index, taken in enumerate(runs[:-1]):
+        if isinstance(taken, list) and len(taken) == 2:
+            assert runs[index + 1] == "other", runs
 
 
 async def test_a_key_asked_again_keeps_the_sooner_wake_up(autojump_clock, recorder):
