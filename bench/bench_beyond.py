@@ -130,7 +130,7 @@ def http_pub(meter: Meter, flags: list[str], args) -> tuple[float, float]:
 
 def _sequential_pubs(meter: Meter, proc: subprocess.Popen, port: int, count: int) -> tuple[float, float]:
     request = request_bytes(f"127.0.0.1:{port}", "http_bench", SIZE, "bench")
-    with _connect_when_listening(port) as sock:
+    with socket.create_connection(("127.0.0.1", port)) as sock:  # start_nsqd saw it listen
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         buffered = bytearray()
         for _ in range(100):  # warm up: the auth server's answer, the topic
@@ -141,18 +141,6 @@ def _sequential_pubs(meter: Meter, proc: subprocess.Popen, port: int, count: int
             sock.sendall(request)
             _, buffered = read_http_response(sock, buffered)
         return count / (time.monotonic() - started), meter.end(proc, began) / count
-
-
-def _connect_when_listening(port: int, within: float = 60.0) -> socket.socket:
-    """nsqd logs its TCP listener first; its HTTP one follows (slowly under valgrind)."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            return socket.create_connection(("127.0.0.1", port))
-        except ConnectionRefusedError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def consume(meter: Meter, flags: list[str], args) -> tuple[float, float]:

@@ -112,7 +112,6 @@ def one_run(operation: Operation, name: str, command: tuple[str, ...], lookupd_a
                                                      command=command)
         try:
             daemon = Daemon(name, tcp_address, http_address)
-            daemon.wait_for_http()
             operation.setup(daemon)
             publisher = Publisher(tcp_address, args.rate)
             time.sleep(WARM_UP)

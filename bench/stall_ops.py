@@ -42,18 +42,6 @@ class Daemon:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             return answer.read()
 
-    def wait_for_http(self) -> None:
-        """nsqd logs its TCP listener before its HTTP one is up."""
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                self.http("GET", "/ping")
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
 
 @dataclass
 class Operation:
