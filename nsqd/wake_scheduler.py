@@ -24,7 +24,9 @@ Its timing rules (tests/test_nsqd_wake_scheduler.py checks each under trio's Moc
   wake-up left: the owner asks again, in the call or later, for the next.
 * A round hands over at most ``most`` keys (no limit by default), so no round holds the event
   loop for long however many keys come due at once; the rest (due by then plus ``slack``)
-  come in the next round, after a checkpoint that lets every other task run first.
+  come in the next round, after a checkpoint. Trio runs every ready task once per scheduling
+  batch, in an order of its own choosing, so each other ready task runs between a full round
+  and the one after the next: no task waits behind more than two rounds.
 
 Every clock read is trio's (``trio.current_time``, the one nsqd's I/O seam gives every timing
 rule: nsqd/io_backend.py), so trio.testing.MockClock drives the scheduler in the tests.
@@ -114,7 +116,7 @@ class WakeScheduler:
             if earliest > trio.current_time():
                 await self._sleep_until(earliest)
                 continue
-            while self._hand_over_due():  # a full round: the rest come after every other task
+            while self._hand_over_due():  # a full round: the rest after a checkpoint
                 await trio.lowlevel.checkpoint()
 
     async def _sleep_until(self, deadline: float) -> None:

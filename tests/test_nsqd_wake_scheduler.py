@@ -87,7 +87,7 @@ async def test_slack_hands_over_keys_due_that_soon_after_the_earliest_never_soon
                                      (round(start + 2.0, 6), ["its_own"])]
 
 
-async def test_a_round_hands_over_at_most_most_keys_the_rest_next_after_every_other_task(autojump_clock, nursery):
+async def test_a_round_hands_over_at_most_most_keys_the_rest_after_a_checkpoint(autojump_clock, nursery):
     recorder = Recorder(slack=0.1, most=2)
     nursery.start_soon(recorder.scheduler.run)
     start = trio.current_time()
@@ -108,10 +108,13 @@ async def test_a_round_hands_over_at_most_most_keys_the_rest_next_after_every_ot
     await trio.sleep(3)
     assert recorder.rounds == [(round(start + 1.0, 6), ["a", "b"]), (round(start + 1.0, 6), ["c", "d"]),
                                (round(start + 1.0, 6), ["e"]), (round(start + 1.2, 6), ["later"])]
-    # each full round is followed by the other task's turn before the next round
-    for index, taken in enumerate(runs[:-1]):
-        if isinstance(taken, list) and len(taken) == 2:
-            assert runs[index + 1] == "other", runs
+    # trio runs each ready task once per batch, in an order of its choosing, so the other task
+    # may come before or after the round of its batch; never three rounds in a row, as the
+    # three rounds due at 1.0 would come without the scheduler's checkpoint
+    rounds_in_a_row = 0
+    for taken in runs[:runs.index(["later"])]:
+        rounds_in_a_row = rounds_in_a_row + 1 if isinstance(taken, list) else 0
+        assert rounds_in_a_row <= 2, runs
 
 
 async def test_a_key_asked_again_keeps_the_sooner_wake_up(autojump_clock, recorder):
