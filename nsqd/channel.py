@@ -106,6 +106,8 @@ class Channel:
 
     def put_many(self, messages: list[bytes]) -> None:
         """New messages from the topic; OSError if some could not be written to disk."""
+        if self.journal is not None and self.journal.handed_again:
+            messages = self.journal.not_handed_before(messages)
         self.message_count += len(messages)
         if self._delivering() and self._ready:
             taken = self._deliver_many_to_ready(messages)

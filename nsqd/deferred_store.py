@@ -21,7 +21,11 @@ messages go in a file of their own beside them (nsqd/held_file.py), which NSQ ig
   kill -9 loses no acknowledged message: at the start, deferred messages come back with
   their due time and messages that were in flight are queued again, with their attempts.
   Messages finished since the last tidying may come back too, as messages read from a disk
-  queue since its last sync do.
+  queue since its last sync do. A message written into a disk queue (REQ, a timeout, a
+  deferral coming due, its topic's hand-on) just before the kill, whose note saying so was
+  not written yet, is in the records the queue holds beyond its metadata (its syncs are
+  snapshots taken on the event loop, after such a pair of writes): a start makes no other
+  copy of those, from a deferred or in-flight record or from the topic's first batch.
 * Without the flag, files left by an earlier run are still read at the start (nothing is
   ever lost by turning it off) and removed once the graceful stop has written their messages
   into the disk queues, NSQ's way: to hand a data directory back to NSQ v1.3, stop once
@@ -55,7 +59,8 @@ class ChannelLog:
     """A write-through channel's files: its deferred messages, its messages in flight and how
     far its disk queue was read."""
 
-    def __init__(self, nsqd, channel, deferred: HeldFile, in_flight: HeldFile, floors: dict[bytes, int]):
+    def __init__(self, nsqd, channel, deferred: HeldFile, in_flight: HeldFile, floors: dict[bytes, int],
+                 handed_again: set[bytes]):
         self.nsqd = nsqd
         self.channel = channel
         self.deferred_file = deferred
@@ -71,6 +76,10 @@ class ChannelLog:
         self.floors = floors
         self.topic_end: tuple[int, int] | None = _topic_backend(channel).end_position()
         self.channel_end = channel.queue.backend.end_position()
+        # IDs of the messages written to the disk queue after its last sync, while the topic has
+        # a backlog: the crash may have come after a batch from the topic was written here and
+        # before the topic recorded handing it on, so its first batch brings them again
+        self.handed_again = handed_again
 
     def deferred(self, message: bytes, delay: float) -> None:
         """Channel.defer: the deferral is written before it is acknowledged."""
@@ -90,6 +99,17 @@ class ChannelLog:
         """Whether the message was deferred or in flight here at the start (so the topic, which
         had not recorded handing it on when the crash came, hands it on again)."""
         return header_id(message) in self.floors
+
+    def not_handed_before(self, messages: list[bytes]) -> list[bytes]:
+        """Channel.put_many, the topic's first batch since the start (the batch a crash cut
+        short is the first one the topic hands on again: it reads from the same place, at
+        least as many): those of its messages not written here already."""
+        handed, self.handed_again = self.handed_again, set()
+        new = [message for message in messages if header_id(message) not in handed]
+        if len(new) < len(messages):
+            log.info("CHANNEL(%s): %d messages of the topic's first batch held already (handed on before an "
+                     "unclean stop)", self.channel.queue.name, len(messages) - len(new))
+        return new
 
     def queued(self, message: bytes) -> None:
         """A message went back into the disk queue (after its write): a record of its last
@@ -222,6 +242,13 @@ def skip_handed_on(queue, read_position: tuple[int, int] | None) -> None:
             log.info("%s: %d messages handed on before an unclean stop skipped", queue.name, skipped)
 
 
+def queued_since_sync(queue) -> set[bytes]:
+    """At the start: the IDs of the messages still to be read from the disk queue that were
+    written after its last sync (an unclean stop), so that no file's record of one of them
+    makes a second copy (nsqd/diskqueue.py: the tail beyond the metadata)."""
+    return {header_id(record) for record in queue.backend.unread_unclean_records()}
+
+
 def held_records(items: list[tuple[float, bytes]]) -> list[bytes]:
     """H records for a topic's (delay in s, message) items."""
     return [record(HELD, round(delay * 1e9), message) for delay, message in items]
@@ -270,16 +297,20 @@ class DeferredStore:
         deferred, in_flight = self._file(queue.name, DEFERRED_SUFFIX), self._file(queue.name, IN_FLIGHT_SUFFIX)
         deferred_entries, in_flight_contents = deferred.read().messages, in_flight.read()
         skip_handed_on(queue, in_flight_contents.position)
+        queued = queued_since_sync(queue)
         unix_now = time.time_ns()
         floors = {}
         for msg_id, (kind, value, payload) in deferred_entries.items():
             # a deferral's last trace in the in-flight file is its going back into the disk queue
-            # (as it came due): the crash came before its end was written here
-            if kind == DEFERRED and msg_id not in in_flight_contents.gone:
+            # (as it came due): the crash came before its end was written here, or before even
+            # that trace was, after the disk queue's write
+            if kind == DEFERRED and msg_id not in in_flight_contents.gone and msg_id not in queued:
                 channel.defer(payload, max(0, value - unix_now) / 1e9)
                 floors[msg_id] = header_attempts(payload)
+        # a delivery followed by a write into the disk queue (REQ, timeout) whose trace in the
+        # in-flight file the crash came before: the message is in the disk queue already
         returned = [(msg_id, value, payload) for msg_id, (kind, value, payload) in in_flight_contents.messages.items()
-                    if msg_id not in deferred_entries]
+                    if msg_id not in deferred_entries and msg_id not in queued]
         for msg_id, attempts, payload in returned:
             channel.requeue(with_attempts(payload, attempts))
             floors[msg_id] = attempts
@@ -287,7 +318,8 @@ class DeferredStore:
             log.info("CHANNEL(%s): %d deferred and %d in-flight messages read from %s", queue.name,
                      len(deferred_entries), len(returned), os.path.dirname(deferred.path) or ".")
         if self.write_through:
-            channel_log = ChannelLog(self.nsqd, channel, deferred, in_flight, floors)
+            handed_again = queued if channel.topic.queue.has_backend_data() else set()
+            channel_log = ChannelLog(self.nsqd, channel, deferred, in_flight, floors, handed_again)
             self.channel_logs[channel] = channel_log
             channel.set_journal(channel_log)
             self._rewrite(deferred, deferred_records(channel.deferred_items()))

@@ -123,6 +123,8 @@ class DiskQueue:
         self.keep_read_files = keep_read_files
         self._read_files_done: list[str] = []
         self.remove_file = remove_file  # nsqd's removes in a worker thread (nsqd/file_remover.py)
+        # (file number, start, end) of the records an unclean stop left beyond the metadata
+        self.unclean_tail: list[tuple[int, int, int]] = []
         self._load_metadata()
 
     # -- naming ------------------------------------------------------------------
@@ -169,7 +171,7 @@ class DiskQueue:
             return
         for number in numbers:
             name = self.file_name(number)
-            self.depth += self._count_records(name, 0, os.path.getsize(name))
+            self.depth += self._count_records(name, 0, os.path.getsize(name))[0]
         self.read_file_num = numbers[0]
         self.write_file_num = numbers[-1] + 1
         log.warning("DISKQUEUE(%s) reading data files %d to %d (%d records) from their start, writing to a new file",
@@ -204,7 +206,9 @@ class DiskQueue:
             if size is not None and self.write_pos < size:
                 log.warning("DISKQUEUE(%s) %s metadata writePos %d < file size of %d, skipping to new file",
                             self.name, name, self.write_pos, size)
-                self.depth += self._count_records(name, self.write_pos, size)
+                count, end = self._count_records(name, self.write_pos, size)
+                self.depth += count
+                self.unclean_tail.append((self.write_file_num, self.write_pos, end))
             elif later or (size is None and self.write_pos > 0):
                 log.warning("DISKQUEUE(%s) metadata writeFileNum %d is older than the files, skipping to new file",
                             self.name, self.write_file_num)
@@ -217,9 +221,10 @@ class DiskQueue:
             self.read_pos = 0
         self._check_tail()
 
-    def _count_records(self, name: str, start: int, end: int) -> int:
+    def _count_records(self, name: str, start: int, end: int) -> tuple[int, int]:
         """Records written after the metadata was (an unclean stop): the depth counts them, as
-        it counts what is read of them (go-diskqueue's depth goes below zero until the tail)."""
+        it counts what is read of them (go-diskqueue's depth goes below zero until the tail).
+        How many, and where the last ends."""
         count = 0
         with open(name, "rb") as handle:
             while start + 4 <= end:
@@ -229,7 +234,27 @@ class DiskQueue:
                     break
                 start += 4 + size
                 count += 1
-        return count
+        return count, start
+
+    def unread_unclean_records(self) -> list[bytes]:
+        """The records an unclean stop left beyond the metadata (written since its last sync)
+        that are still to be read, at the start (nsqd/deferred_store.py: a copy of a message
+        there is not made a second time from another record)."""
+        records = []
+        for number, start, end in self.unclean_tail:
+            if (number, end) <= self.read_position():
+                continue
+            if number == self.read_file_num:
+                start = max(start, self.read_pos)
+            with open(self.file_name(number), "rb") as handle:
+                handle.seek(start)
+                data = handle.read(end - start)
+            offset = 0
+            while offset < len(data):  # whole records, as counted at the start
+                size = _LENGTH.unpack_from(data, offset)[0]
+                records.append(data[offset + 4:offset + 4 + size])
+                offset += 4 + size
+        return records
 
     def metadata_text(self) -> str:
         return f"{self.depth}\n{self.read_file_num},{self.read_pos}\n{self.write_file_num},{self.write_pos}\n"

@@ -214,9 +214,10 @@ class Model:
                 after_fin[event.life] += 1
             if event.at < not_before - DUE_SLACK:
                 found.append(f"delivered {not_before - event.at:.3f} s before its due time (life {event.life}, "
-                             f"attempts {event.attempts})")
+                             f"attempts {event.attempts}; {trail(copy)})")
             if event.attempts < last_attempts:
-                found.append(f"attempts went down from {last_attempts} to {event.attempts} (life {event.life})")
+                found.append(f"attempts went down from {last_attempts} to {event.attempts} (life {event.life}; "
+                             f"{trail(copy)})")
             last_attempts = max(last_attempts, event.attempts)
             not_before = 0.0  # a due time holds for the next delivery only
         if self.strict and fin is not None:
@@ -230,17 +231,20 @@ class Model:
 
 
 def trail(copy: Copy) -> str:
-    """What happened to a copy, life by life: deliveries (ID, attempts) and commands (outcome)."""
+    """What happened to a copy, life by life: deliveries (ID, attempts) and commands (outcome),
+    each at its time in seconds since the copy's first event."""
     steps, life = [], None
+    first = copy.events[0].at if isinstance(copy.events[0], Delivery) else copy.events[0].sent_at
     for event in copy.events:
         if event.life != life:
             life = event.life
             steps.append(f"life {life}:")
         if isinstance(event, Delivery):
-            steps.append(f"delivered {event.msg_id.decode(errors='replace')} attempts {event.attempts}")
+            steps.append(f"+{event.at - first:.3f} delivered {event.msg_id.decode(errors='replace')} "
+                         f"attempts {event.attempts}")
         else:
             delay = f" {event.delay:g} s" if event.kind == "REQ" else ""
-            steps.append(f"{event.kind}{delay} {event.outcome}")
+            steps.append(f"+{event.sent_at - first:.3f} {event.kind}{delay} {event.outcome}")
     return " ".join(steps)
 
 

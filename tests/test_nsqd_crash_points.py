@@ -12,10 +12,13 @@ import os
 import random
 import time
 
+from nsqd.held_file import MAGIC, RECORD
+
 from .crash_points import crash_loop, summary
 from .datadir import kill_leftover_servers  # noqa: F401 (an autouse fixture)
-from .datadir import (Server, data_file, meta_file, meta_text, payload, publish, receive, record, subscribe,
-                      wait_until)
+from .datadir import (Server, create_channel, data_file, dpub, meta_file, meta_text, payload, publish, receive,
+                      record, subscribe, wait_until)
+from .helpers import RawClient
 from .test_nsqd_deferred_store import side_records
 
 # no sync and no tidying while the test runs: the crash falls between a read and the next sync
@@ -75,6 +78,79 @@ async def test_messages_a_topic_handed_on_before_a_kill_9_are_not_handed_on_agai
     await consumer.send(b"".join(b"FIN " + m.id + b"\n" for m in again))
     await consumer.assert_no_frame(1.0)
     assert server.stop() == 0
+
+
+def without_last_gone(path) -> None:
+    """The side file as it was before its last record, an ``X`` (a kill -9 came just before
+    nsqd wrote it: what the other files hold was written first)."""
+    records = side_records(path)
+    assert records and records[-1][0] == b"X", records
+    path.write_bytes(MAGIC + b"".join(RECORD.pack(kind, value, len(data)) + data for kind, value, data in records[:-1]))
+
+
+async def assert_delivered_once(server: Server, topic: str, channel: str, expected: list[tuple[bytes, int]]):
+    consumer = await subscribe(server.tcp_port, topic, channel, rdy=10)
+    received = await receive(consumer, len(expected))
+    assert sorted((m.body, m.attempts) for m in received) == expected
+    await consumer.send(b"".join(b"FIN " + m.id + b"\n" for m in received))
+    await consumer.assert_no_frame(1.0)  # and no second copy
+    assert server.stop() == 0
+
+
+async def test_a_batch_a_kill_9_cut_short_between_a_channel_and_its_topic_is_not_handed_on_twice(tmp_path):
+    """Found by the loop below: the topic's pump writes a batch to a channel's disk queue, then
+    records how far it read its own; a kill -9 between the two left the batch in the channel
+    (after its last sync) and the topic handed it on again at the start: two copies of each,
+    both never delivered. The channel now takes none of the topic's first batch that it holds."""
+    server = Server(tmp_path, *NO_SYNC)
+    await publish(server.tcp_port, "t", [b"one", b"two", b"three"])  # no channel yet: the topic's disk queue
+    await create_channel(server.tcp_port, "t", "c")
+    handed = tmp_path / "t.inflight.dat"
+    await wait_until(lambda: record_kinds(handed) == [b"P"], what="the topic's position")
+    await wait_until(lambda: b'"c"' in (tmp_path / "nsqd.dat").read_bytes(), what="nsqd.dat")
+    server.kill()
+    handed.unlink()  # the topic's record was the first it made
+
+    server = Server(tmp_path, *NO_SYNC)
+    assert "CHANNEL(t:c): 3 messages of the topic's first batch held already" in server.log()
+    await assert_delivered_once(server, "t", "c", [(b"one", 1), (b"three", 1), (b"two", 1)])
+
+
+async def test_a_message_requeued_into_the_disk_queue_just_before_a_kill_9_comes_back_once(tmp_path):
+    """Found by the loop below: REQ writes the message into the disk queue, then its end in the
+    in-flight file; a kill -9 between the two left both the disk queue's copy and the record
+    of its delivery, which queued a second copy at the start."""
+    server = Server(tmp_path, *NO_SYNC)
+    consumer = await subscribe(server.tcp_port, "t", "c", rdy=1)
+    await publish(server.tcp_port, "t", [b"again"])
+    [first] = await receive(consumer, 1)
+    await consumer.send(b"RDY 0\nREQ " + first.id + b" 0\n")  # not ready: into the disk queue
+    in_flight = tmp_path / "t:c.inflight.dat"
+    await wait_until(lambda: record_kinds(in_flight)[-1:] == [b"X"], what="the requeue's record")
+    server.kill()
+    without_last_gone(in_flight)
+
+    await assert_delivered_once(Server(tmp_path, *NO_SYNC), "t", "c", [(b"again", 2)])
+
+
+async def test_a_deferred_message_that_came_due_into_the_disk_queue_just_before_a_kill_9_comes_back_once(tmp_path):
+    """Found by the loop below: a deferral that comes due while no consumer is ready goes into
+    the disk queue, then its end is written to the in-flight and the deferred files; a kill
+    -9 before those left it deferred as well, delivered twice."""
+    server = Server(tmp_path, *NO_SYNC)
+    await create_channel(server.tcp_port, "t", "c")
+    await wait_until(lambda: b'"c"' in (tmp_path / "nsqd.dat").read_bytes(), what="nsqd.dat")
+    producer = await RawClient.connect(server.tcp_port)
+    await producer.send(dpub("t", 100, b"due"))
+    assert await producer.read_response() == b"OK"
+    await producer.close()
+    deferred, in_flight = tmp_path / "t:c.deferred.dat", tmp_path / "t:c.inflight.dat"
+    await wait_until(lambda: record_kinds(deferred) == [b"D", b"X"], what="the deferral's end")
+    server.kill()
+    without_last_gone(deferred)
+    without_last_gone(in_flight)
+
+    await assert_delivered_once(Server(tmp_path, *NO_SYNC), "t", "c", [(b"due", 1)])
 
 
 def test_a_write_file_removed_before_the_metadata_knew_is_not_written_into(tmp_path):

@@ -59,6 +59,22 @@ def test_unclean_stop_writes_into_a_new_file(tmp_path):
     assert again.read(10) == [payload(0), payload(1), payload(2)]
 
 
+def test_an_unclean_stop_tells_which_records_to_be_read_came_after_the_metadata(tmp_path):
+    dq = make(tmp_path, max_bytes=10_000)
+    dq.put([payload(0)])
+    dq.sync()
+    dq.put([payload(i) for i in range(1, 5)])  # never synced
+    again = make(tmp_path, max_bytes=10_000)
+    assert again.unread_unclean_records() == [payload(i) for i in range(1, 5)]
+    assert again.read(3) == [payload(0), payload(1), payload(2)]
+    assert again.unread_unclean_records() == [payload(3), payload(4)]  # from the read position on
+    assert again.read(2) == [payload(3), payload(4)]
+    assert again.unread_unclean_records() == []
+    again.put([payload(5)])
+    again.sync()  # a clean stop: none
+    assert make(tmp_path, max_bytes=10_000).unread_unclean_records() == []
+
+
 def test_corrupt_file_is_renamed_bad_and_skipped(tmp_path):
     dq = make(tmp_path, max_bytes=100)
     dq.put([payload(i) for i in range(4)])
