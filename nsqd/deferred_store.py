@@ -297,7 +297,8 @@ class DeferredStore:
         deferred, in_flight = self._file(queue.name, DEFERRED_SUFFIX), self._file(queue.name, IN_FLIGHT_SUFFIX)
         deferred_entries, in_flight_contents = deferred.read().messages, in_flight.read()
         skip_handed_on(queue, in_flight_contents.position)
-        queued = queued_since_sync(queue)
+        topic_backlog = self.write_through and channel.topic.queue.has_backend_data()
+        queued = queued_since_sync(queue) if deferred_entries or in_flight_contents.messages or topic_backlog else set()
         unix_now = time.time_ns()
         floors = {}
         for msg_id, (kind, value, payload) in deferred_entries.items():
@@ -318,7 +319,7 @@ class DeferredStore:
             log.info("CHANNEL(%s): %d deferred and %d in-flight messages read from %s", queue.name,
                      len(deferred_entries), len(returned), os.path.dirname(deferred.path) or ".")
         if self.write_through:
-            handed_again = queued if channel.topic.queue.has_backend_data() else set()
+            handed_again = queued if topic_backlog else set()
             channel_log = ChannelLog(self.nsqd, channel, deferred, in_flight, floors, handed_again)
             self.channel_logs[channel] = channel_log
             channel.set_journal(channel_log)
