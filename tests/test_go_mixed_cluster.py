@@ -52,6 +52,18 @@ class MixedCluster:
     def lookupd_url(self, kind: str) -> str:
         return f"http://127.0.0.1:{self.lookupds[kind].http_port}"
 
+    def connected(self) -> bool:
+        """Whether both lookupds list both nsqd and ours has both lookupds' answers: until then a
+        topic created on an nsqd finds no lookupd to ask for its channels, which both log as an
+        ERROR."""
+        if self.nsqds["ours"].log().count("): peer info ") < 2:
+            return False
+        for kind in self.lookupds:
+            answer = httpx.get(self.lookupd_url(kind) + "/nodes", timeout=5)
+            if answer.status_code != 200 or len(answer.json()["producers"]) != 2:
+                return False
+        return True
+
     def registered(self, topic: str, channels: int = 0) -> bool:
         """Whether both lookupds list both nsqd for ``topic`` (and ``channels`` channels of it)."""
         for kind in self.lookupds:
@@ -70,6 +82,7 @@ class MixedCluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     running = MixedCluster(tmp_path_factory.mktemp("mixed"), "--tombstone-lifetime=8s")
+    wait_until(running.connected, what="both nsqd connected to both lookupds")
     yield running
     assert running.stop() == [0, 0, 0, 0]
     for ours in (running.nsqds["ours"], running.lookupds["ours"]):
