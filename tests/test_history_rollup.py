@@ -3,10 +3,12 @@ messages, rates and depth statistics at every level and across nodes, a counter 
 went missing, a late file, incremental runs equal to a full run, compaction (also interrupted),
 retention, and the nsqadmin-rollup command."""
 
+import logging
 import shutil
 import subprocess
 import sys
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,6 +16,7 @@ import pytest
 
 from nsqadmin.history import layout
 from nsqadmin.history.rollup_job import COARSER_EVERY, run_rollup
+from nsqadmin.history import rollup_main
 from nsqadmin.history.rollup_main import coarser_wait
 from nsqadmin.history.rollup_state import load_state, raw_files
 
@@ -108,6 +111,30 @@ def test_incremental_runs_and_a_late_file_give_what_one_full_run_gives(spark, tm
         assert normalised(rollups(incremental, level)) == normalised(rollups(full, level)), level
     for stats_dir in (incremental, full):
         assert load_state(stats_dir).seen == set(raw_files(stats_dir))
+
+
+def test_a_run_whose_jvm_went_first_fails_quietly_even_if_spark_cannot_be_stopped(monkeypatch, tmp_path, caplog):
+    """A hog run's failure: at nsqadmin's stop its SIGTERM reached the worker's JVM first, the run
+    failed in py4j, and stopping Spark after it raised again, out of the worker with a traceback."""
+    from py4j.protocol import Py4JNetworkError
+
+    def gone(*args, **kwargs):
+        raise Py4JNetworkError("Answer from Java side is empty")
+
+    class GoneSession:
+        stopped = 0
+
+        def stop(self):
+            self.stopped += 1
+            gone()
+
+    monkeypatch.setattr(rollup_main, "run_rollup", gone)
+    session, log = GoneSession(), logging.getLogger("test-rollup-worker")
+    with caplog.at_level(logging.DEBUG, logger=log.name):
+        assert rollup_main._run_once(SimpleNamespace(stats_dir=tmp_path, stats_retention=60), session,
+                                     log) is False
+    assert session.stopped == 1
+    assert "Spark failed: Answer from Java side is empty" in caplog.text
 
 
 @pytest.mark.parametrize("interval, runs", [(300.0, 2), (60.0, 10), (1.0, 10), (3600.0, 1)])

@@ -109,11 +109,20 @@ def _run_once(opts: SimpleNamespace, session: SessionOnDemand, log: logging.Logg
     except (PySparkException, Py4JError) as exc:
         log.debug("Spark failed", exc_info=True)
         log.critical("Spark failed: %s", str(exc).strip().splitlines()[0])
-        session.stop()
+        stop_quietly(session, log)
         return False
     if summary is not None:
         log.info("%s", summary.line())
     return True
+
+
+def stop_quietly(session: SessionOnDemand, log: logging.Logger) -> None:
+    """Stop Spark after a failed or interrupted run: its JVM may be gone already (it gets the
+    same SIGTERM as the worker when nsqadmin stops), and then stopping it fails too."""
+    try:
+        session.stop()
+    except (PySparkException, Py4JError, OSError) as exc:
+        log.debug("stopping Spark: %s", exc)
 
 
 def coarser_wait(interval: float) -> timedelta:
@@ -177,10 +186,7 @@ def _work(opts: SimpleNamespace, log: logging.Logger) -> int:
         log.info("worker: stopping")
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        try:
-            session.stop()
-        except (PySparkException, Py4JError, OSError) as exc:  # a run stopped mid-way can leave py4j so
-            log.debug("stopping Spark: %s", exc)
+        stop_quietly(session, log)
     return 0
 
 
