@@ -12,7 +12,8 @@ import os
 import random
 import time
 
-from nsqd.held_file import MAGIC, RECORD
+from nsqd.held_file import MAGIC
+from nsqd.held_file import record as side_record
 
 from .crash_points import crash_loop, summary
 from .datadir import kill_leftover_servers  # noqa: F401 (an autouse fixture)
@@ -85,7 +86,7 @@ def without_last_gone(path) -> None:
     nsqd wrote it: what the other files hold was written first)."""
     records = side_records(path)
     assert records and records[-1][0] == b"X", records
-    path.write_bytes(MAGIC + b"".join(RECORD.pack(kind, value, len(data)) + data for kind, value, data in records[:-1]))
+    path.write_bytes(MAGIC + b"".join(side_record(kind, value, data) for kind, value, data in records[:-1]))
 
 
 async def assert_delivered_once(server: Server, topic: str, channel: str, expected: list[tuple[bytes, int]]):
