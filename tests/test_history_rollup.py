@@ -20,6 +20,7 @@ from nsqadmin.history import rollup_main
 from nsqadmin.history.rollup_main import coarser_wait
 from nsqadmin.history.rollup_state import load_state, raw_files
 
+from .helpers import ROOT
 from .history_raw import T0, copy_raw, missing, rollups, snapshot, utc, window, write_raw
 from .spark_fixtures import spark  # noqa: F401
 
@@ -135,6 +136,34 @@ def test_a_run_whose_jvm_went_first_fails_quietly_even_if_spark_cannot_be_stoppe
                                      log) is False
     assert session.stopped == 1
     assert "Spark failed: Answer from Java side is empty" in caplog.text
+
+
+PY4J_FAILED_CALL = """
+import logging, sys
+from nsqadmin.history.rollup_main import job_logger
+job_logger(sys.argv[1])
+try:
+    raise ConnectionResetError("the JVM went away")
+except ConnectionResetError:
+    logging.exception("Exception while sending command.")  # what py4j's GatewayClient.send_command does
+"""
+
+
+@pytest.mark.parametrize("level", ["info", "debug"])
+def test_py4j_reporting_a_call_the_jvm_did_not_answer_is_a_debug_line_not_a_traceback(level):
+    """A hog run's failure: the worker's JVM ended first at nsqadmin's stop, py4j reported the
+    call it was in with logging.exception on the root logger, and its traceback reached nsqadmin's
+    log. In a process of its own: pytest's handlers on the root logger would hide the default."""
+    done = subprocess.run([sys.executable, "-c", PY4J_FAILED_CALL, level], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    if level == "info":
+        assert done.stderr == ""
+    else:
+        assert "DEBUG: root: Exception while sending command." in done.stderr
+        assert "ConnectionResetError: the JVM went away" in done.stderr
+        assert all(line.startswith(("[nsqadmin-rollup] ", "Traceback", "  ", "ConnectionResetError"))
+                   for line in done.stderr.splitlines()), done.stderr
 
 
 @pytest.mark.parametrize("interval, runs", [(300.0, 2), (60.0, 10), (1.0, 10), (3600.0, 1)])

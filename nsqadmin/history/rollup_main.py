@@ -116,6 +116,30 @@ def _run_once(opts: SimpleNamespace, session: SessionOnDemand, log: logging.Logg
     return True
 
 
+class _DebugRelay(logging.Handler):
+    """The root logger's records as debug lines of the job's log."""
+
+    def __init__(self, log: logging.Logger):
+        super().__init__()
+        self.log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.log.debug("%s: %s", record.name, record.getMessage(), exc_info=record.exc_info)
+
+
+def job_logger(level: str) -> logging.Logger:
+    """The job's log, which also gets what is logged on the root logger, as debug lines.
+
+    py4j reports a call to the JVM that failed on the network with ``logging.exception`` on the
+    root logger, and with no handler there that installs one printing the error and its
+    traceback to standard error. The JVM going away in the middle of a call (killed, or ending
+    first when nsqadmin stops the worker: both get its SIGTERM) then put a traceback in
+    nsqadmin's log, though the call raises and the run's failure is logged anyway."""
+    log = nsq_logger(PROGRAM, level, f"[{PROGRAM}] ")
+    logging.root.handlers[:] = [_DebugRelay(log)]
+    return log
+
+
 def stop_quietly(session: SessionOnDemand, log: logging.Logger) -> None:
     """Stop Spark after a failed or interrupted run: its JVM may be gone already (it gets the
     same SIGTERM as the worker when nsqadmin stops), and then stopping it fails too."""
@@ -200,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     except FlagError as exc:
         print(f"{PROGRAM}: {exc}", file=sys.stderr)
         return 1
-    log = nsq_logger(PROGRAM, opts.log_level, f"[{PROGRAM}] ")
+    log = job_logger(opts.log_level)
     return _work(opts, log) if opts.rollup_interval else _run(opts, log)
 
 
