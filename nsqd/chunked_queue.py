@@ -127,9 +127,13 @@ class ChunkedQueue:
 
     def released_steps(self) -> Steps[None]:
         """Empty the queue RELEASE_STEP messages a step (nsqd runs the steps paced, nsqd/slices.py):
-        freeing 1,000,000 messages at once held the loop for their deallocation."""
+        freeing 1,000,000 messages at once held the loop for their deallocation. A step cuts what
+        it took off the head block, so that its messages are freed then: ``take`` leaves them in
+        the block, and they went a whole block (BLOCK) at a time, when the next block came."""
         while self._length:
             self.take(RELEASE_STEP)
+            del self._head[:self._at]
+            self._at = 0
             yield
 
     def clear(self) -> None:

@@ -65,6 +65,28 @@ def test_a_released_queue_is_emptied_a_step_at_a_time():
     assert len(held) - 1 == -(-held[0] // RELEASE_STEP)
 
 
+class Counted:
+    """A message that counts its deallocation."""
+    freed = 0
+
+    def __del__(self):
+        Counted.freed += 1
+
+
+def test_a_released_queue_frees_its_messages_a_step_at_a_time():
+    """Each step frees the messages it released then, not a block of them at every block's end."""
+    queue = ChunkedQueue([Counted() for _ in range(BLOCK + 1)])
+    queue.extend([Counted() for _ in range(2 * BLOCK)])
+    in_flight = queue.take(BLOCK // 2)  # held elsewhere, as nsqd's in-flight messages are
+    Counted.freed = 0
+    freed = []
+    for _ in queue.released_steps():
+        freed.append(Counted.freed)
+        Counted.freed = 0
+    assert sum(freed) == 3 * BLOCK + 1 - len(in_flight)
+    assert all(0 < count <= RELEASE_STEP for count in freed), freed
+
+
 def test_clear_empties_it_for_whoever_holds_it():
     queue = ChunkedQueue([b"m"] * (3 * BLOCK))
     queue.clear()
