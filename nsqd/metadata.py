@@ -24,7 +24,7 @@ from common.names import is_valid_name
 
 from .chunks import TOPICS_A_CHUNK, Chunks
 from .diskqueue import write_atomically
-from .slices import Steps, at_once
+from .slices import Steps, at_once, released_steps
 
 log = logging.getLogger("nsqd")
 
@@ -44,29 +44,52 @@ class ChannelMeta(NamedTuple):
 class TopicMeta(NamedTuple):
     name: str
     paused: bool
-    channels: list[ChannelMeta]
+    channels: tuple[ChannelMeta, ...]
     extras: dict = {}
 
 
 def encode(topics: list[TopicMeta]) -> bytes:
-    return b"".join(at_once(encode_steps(topics)))
+    return b"".join(at_once(EncodedEntries().steps(topics)))
 
 
-def encode_steps(topics: list[TopicMeta]) -> Steps[list[bytes]]:
-    """``encode`` a topic at a time (nsqd/slices.py), as chunks of TOPICS_A_CHUNK topics, which joined
-    are the bytes json.dumps gives the whole document: joining and encoding 1 MB at the end of the
-    steps held the loop (the writer joins them, in its worker thread)."""
-    out = Chunks()
-    out.add('{"topics":' + ("[" if topics else "null"))
-    for number, topic in enumerate(topics):
-        entry = {"name": topic.name, "paused": topic.paused,
-                 "channels": [{"name": ch.name, "paused": ch.paused, **ch.extras} for ch in topic.channels] or None,
-                 **topic.extras}
-        out.add(("," if number else "") + json.dumps(entry, separators=(",", ":")))
-        out.topic_done(number)
-        yield
-    out.add(("]" if topics else "") + f',"version":{json.dumps(VERSION)}}}')
-    return out.done()
+class EncodedEntries:
+    """Each topic's nsqd.dat entry as last encoded, reused while the topic's metadata is unchanged.
+
+    Every rewrite is of the whole document, for one new topic or one pause as for many changes,
+    and json.dumps of an entry costs ~3 us: 0.6 ms of the event loop for 200 topics at each new
+    topic, 30 ms (in slices) for 10,000. An entry is reused only if its snapshot equals the one
+    it was encoded from, so nothing has to tell this cache what changed. What it keeps is tuples
+    of strings, booleans and (mostly empty) dicts, which the cyclic collector soon stops tracking.
+    """
+
+    def __init__(self):
+        self._by_name: dict[str, tuple[TopicMeta, str]] = {}
+
+    def steps(self, topics: list[TopicMeta]) -> Steps[list[bytes]]:
+        """``encode`` a topic at a time (nsqd/slices.py), as chunks of TOPICS_A_CHUNK topics, which
+        joined are the bytes json.dumps gives the whole document: joining and encoding 1 MB at the
+        end of the steps held the loop (the writer joins them, in its worker thread)."""
+        previous, self._by_name = self._by_name, {}
+        out = Chunks()
+        out.add('{"topics":' + ("[" if topics else "null"))
+        for number, topic in enumerate(topics):
+            kept = previous.pop(topic.name, None)
+            if kept is None or kept[0] != topic:
+                kept = (topic, _entry_text(topic))
+            self._by_name[topic.name] = kept
+            out.add(("," if number else "") + kept[1])
+            out.topic_done(number)
+            yield
+        out.add(("]" if topics else "") + f',"version":{json.dumps(VERSION)}}}')
+        yield from released_steps(list(previous.values()), TOPICS_A_CHUNK)  # the topics gone since
+        return out.done()
+
+
+def _entry_text(topic: TopicMeta) -> str:
+    entry = {"name": topic.name, "paused": topic.paused,
+             "channels": [{"name": ch.name, "paused": ch.paused, **ch.extras} for ch in topic.channels] or None,
+             **topic.extras}
+    return json.dumps(entry, separators=(",", ":"))
 
 
 def _extras(entry: dict, keys: tuple[str, ...], owner: str) -> dict:
@@ -135,7 +158,7 @@ def decode(data: bytes) -> list[TopicMeta]:
                 continue
             valid.append(ChannelMeta(channel_name, channel.get("paused", False),
                                      _extras(raw, CHANNEL_EXTRAS, f"{name}:{channel_name}")))
-        topics.append(TopicMeta(name, topic.get("paused", False), valid, _extras(entry, TOPIC_EXTRAS, name)))
+        topics.append(TopicMeta(name, topic.get("paused", False), tuple(valid), _extras(entry, TOPIC_EXTRAS, name)))
     return topics
 
 

@@ -101,6 +101,7 @@ class NSQD:
         self.sync_limiter = trio.CapacityLimiter(SYNC_THREADS)  # worker threads for a round's fsyncs
         self._metadata_dirty = trio.Event()
         self._metadata_writer = metadata.MetadataWriter(self.data_path)
+        self._metadata_entries = metadata.EncodedEntries()
         self.file_remover = FileRemover(self.data_path)
         self._stopped = trio.Event()
         self._lock = DirLock(self.data_path)
@@ -264,10 +265,10 @@ class NSQD:
         topics = []
         for topic in list(self.topics.values()):
             if not topic.ephemeral:
-                topics.append(metadata.TopicMeta(topic.name, topic.paused, [
+                topics.append(metadata.TopicMeta(topic.name, topic.paused, tuple(
                     metadata.ChannelMeta(channel.name, channel.paused,
                                          {**self.dead_letters.metadata(channel), **self.pacing.metadata(channel)})
-                    for channel in topic.channels.values() if not channel.ephemeral],
+                    for channel in topic.channels.values() if not channel.ephemeral),
                     {**self.message_ttl.metadata(topic), **self.queue_bounds.metadata(topic)}))
             yield
         return topics
@@ -275,7 +276,7 @@ class NSQD:
     def _encoded_metadata_steps(self) -> Steps[list[bytes]]:
         """One work in slices: the snapshot is never there while the collector runs (nsqd/slices.py)."""
         snapshot = yield from self._metadata_steps()
-        encoded = yield from metadata.encode_steps(snapshot)
+        encoded = yield from self._metadata_entries.steps(snapshot)
         yield from slices.released_steps(snapshot, TOPICS_A_CHUNK)  # at once, 10,000 topics' took 3 ms
         return encoded
 

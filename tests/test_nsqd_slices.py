@@ -71,6 +71,32 @@ def test_nsqd_dat_in_steps_is_json_dumps_bytes_of_the_whole_document():
         assert metadata.encode(chosen) == json.dumps(whole, separators=(",", ":")).encode()
 
 
+def test_nsqd_dat_reencodes_only_the_topics_whose_metadata_changed(monkeypatch):
+    """Each rewrite gives the bytes of encoding the whole snapshot afresh, but json.dumps runs only
+    for the topics that are new or whose metadata differs from the rewrite before."""
+    encoded = []
+    entry_text = metadata._entry_text
+    monkeypatch.setattr(metadata, "_entry_text", lambda topic: encoded.append(topic.name) or entry_text(topic))
+    channel = metadata.ChannelMeta("c", False)
+    versions = [
+        ([metadata.TopicMeta("t", False, (channel,)), metadata.TopicMeta("u", False, ())], ["t", "u"]),
+        ([metadata.TopicMeta("t", False, (channel,)), metadata.TopicMeta("u", True, ())], ["u"]),
+        ([metadata.TopicMeta("t", False, (channel._replace(paused=True),)), metadata.TopicMeta("u", True, ())], ["t"]),
+        ([metadata.TopicMeta("t", False, (channel._replace(paused=True),), {"msg_ttl": 5})], ["t"]),
+        ([metadata.TopicMeta("u", True, ()), metadata.TopicMeta("t", False, (channel._replace(paused=True),),
+                                                                {"msg_ttl": 5})], ["u"]),
+        ([metadata.TopicMeta("u", True, ()), metadata.TopicMeta("t", False, (channel._replace(paused=True),),
+                                                                {"msg_ttl": 5})], []),
+    ]
+    entries = metadata.EncodedEntries()
+    for topics, reencoded in versions:
+        encoded.clear()
+        written = b"".join(at_once(entries.steps(topics)))
+        assert encoded == reencoded
+        assert written == metadata.encode(topics)
+        assert json.loads(written)["topics"] == [json.loads(entry_text(topic)) for topic in topics]
+
+
 def test_the_collector_is_held_while_works_in_slices_run_and_left_as_it_was():
     import gc
     from collections import deque
