@@ -8,50 +8,36 @@ connected lookupds which channels that topic has elsewhere in the cluster
 non-ephemeral ones, so no channel misses the topic's first messages; the command that
 created the topic is answered after that (nsqd.get_started_topic).
 
-The queries share one HTTP client for as long as nsqd runs, made in a worker thread when
-the first lookupd address is set: a new httpx client costs ~20 ms of CPU (its TLS
-context), which a client per query spent on the event loop at every topic creation. httpx is
-imported there too, so an nsqd without lookupds never loads it (a fifth of its start-up time).
+The queries share one client (nsqd/http_get.py), which keeps a connection to each lookupd
+between them, as NSQ's does, and closes them when nsqd stops. A failed query is worded as NSQ's
+http_api client words it (``got response 404 Not Found "..."``).
 """
 
-import gc
+import json
 import logging
-from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 import trio
 
+from common.goquote import go_quote
 from common.names import is_ephemeral
 from common.protocol_v1 import Register, Unregister
 
-from .lookup_peer import LookupPeer, command_text, dial_error_text
-
-if TYPE_CHECKING:
-    import httpx
+from .http_get import Answer, HTTPGetError, HTTPGetter, http_url
+from .lookup_peer import LookupPeer, command_text
 
 log = logging.getLogger("nsqd")
 
 
-def join_host_port(host: str, port) -> str:
-    """Go's net.JoinHostPort: an IPv6 host in brackets."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _query_error_text(exc: Exception) -> str:
-    import httpx
-
-    if isinstance(exc, httpx.ConnectError):
-        url = exc.request.url
-        return dial_error_text(join_host_port(url.host, url.port), exc)
-    return str(exc) or type(exc).__name__
+class ChannelsQueryError(Exception):
+    """A lookupd's answer to a channels query that is not a list of channels."""
 
 
 class Lookup:
     def __init__(self, nsqd):
         self.nsqd = nsqd
         self.peers: dict[str, LookupPeer] = {}
-        self._http: httpx.AsyncClient | None = None
-        self._http_made = trio.Event()
+        self._http = HTTPGetter(nsqd.opts.http_client_connect_timeout, nsqd.opts.http_client_request_timeout)
         self._http_wanted = False
 
     def set_addresses(self, addresses: list[str]) -> None:
@@ -68,7 +54,7 @@ class Lookup:
                 self.nsqd.spawn(peer.run)
         if addresses and not self._http_wanted:
             self._http_wanted = True
-            self.nsqd.spawn(self._keep_http_client)
+            self.nsqd.spawn(self._close_http_at_exit)
 
     def connected(self) -> bool:
         """Whether any lookupd is connected (and so can be asked about channels)."""
@@ -84,56 +70,34 @@ class Lookup:
             log.info("LOOKUPD(%s): %s %s", peer.address, branch, command_text(command))
             peer.command(command)
 
-    async def _keep_http_client(self) -> None:
-        """Make the lookupd queries' client off the event loop; close it when nsqd stops."""
-        client = await trio.to_thread.run_sync(self._new_http_client)
-        # httpx's modules (~17,000 objects) live as long as nsqd, as what nsqd.dat loaded: out of every
-        # collection too. Imported while a work in slices held the collector, they made its first young
-        # collection after a 10-30 ms pause.
-        gc.freeze()
-        self._http = client
-        self._http_made.set()
+    async def _close_http_at_exit(self) -> None:
         try:
             await trio.sleep_forever()
         finally:
             with trio.CancelScope(shield=True):
-                await client.aclose()
-
-    def _new_http_client(self) -> "httpx.AsyncClient":
-        import httpx
-
-        opts = self.nsqd.opts
-        timeout = httpx.Timeout(opts.http_client_request_timeout, connect=opts.http_client_connect_timeout)
-        return httpx.AsyncClient(timeout=timeout)
+                await self._http.aclose()
 
     async def cluster_channels(self, topic: str) -> list[str]:
         """The non-ephemeral channels the connected lookupds know for ``topic``, sorted. The
         lookupds that could not say are named in one warning, as nsqd's GetTopic does."""
-        query = urlencode({"topic": topic})
-        urls = [f"http://{join_host_port(peer.info['broadcast_address'], peer.info['http_port'])}/channels?{query}"
-                for peer in self.peers.values() if peer.info and peer.info.get("broadcast_address")]
-        await self._http_made.wait()
-        import httpx
-
+        target = f"/channels?{urlencode({'topic': topic})}"
+        addresses = [(peer.info["broadcast_address"], peer.info["http_port"])
+                     for peer in self.peers.values() if peer.info and peer.info.get("broadcast_address")]
         found: set[str] = set()
         errors: list[str] = []
 
-        async def ask(url: str) -> None:
-            log.info("CI: querying nsqlookupd %s", url)
+        async def ask(host: str, port: int) -> None:
+            log.info("CI: querying nsqlookupd %s", http_url(host, port, target))
             try:
-                response = await self._http.get(url)
-                response.raise_for_status()
-                channels = response.json().get("channels") or []
-            except (httpx.HTTPError, ValueError, AttributeError) as exc:
-                errors.append(f'Get "{url}": {_query_error_text(exc)}')
-                return
-            found.update(name for name in channels if isinstance(name, str) and not is_ephemeral(name))
+                found.update(_channels(await self._http.get(host, port, target)))
+            except (HTTPGetError, ChannelsQueryError) as exc:
+                errors.append(str(exc))
 
         async with trio.open_nursery() as nursery:
-            for url in urls:
-                nursery.start_soon(ask, url)
+            for host, port in addresses:
+                nursery.start_soon(ask, host, port)
         if errors:
-            none = "failed to query any nsqlookupd: " if len(errors) == len(urls) else ""
+            none = "failed to query any nsqlookupd: " if len(errors) == len(addresses) else ""
             log.warning("failed to query nsqlookupd for channels to pre-create for topic %s - %s%s",
                         topic, none, "\n".join(errors))
         return sorted(found)
@@ -149,3 +113,17 @@ class Lookup:
                     if not self.nsqd.removing(topic.name, name):
                         topic.get_channel(name)
         topic.start()
+
+
+def _channels(answer: Answer) -> list[str]:
+    """The non-ephemeral channels of a lookupd's ``/channels`` answer (NSQ's GETV1 and its JSON)."""
+    if answer.status != 200:
+        raise ChannelsQueryError(f"got response {answer.status} {answer.reason} {go_quote(answer.body)}")
+    try:
+        document = json.loads(answer.body)
+    except ValueError as exc:
+        raise ChannelsQueryError(str(exc)) from exc
+    channels = document.get("channels") if isinstance(document, dict) else None
+    if not isinstance(channels, list | None):
+        raise ChannelsQueryError(f"json: cannot unmarshal {type(channels).__name__} into the channels list")
+    return [name for name in channels or [] if isinstance(name, str) and not is_ephemeral(name)]

@@ -143,29 +143,28 @@ async def test_the_creating_command_is_answered_once_the_cluster_channels_exist(
     assert (channels["known"]["depth"], channels["known"]["deferred_count"]) == (depth, deferred)
 
 
-class GatedLookupd:
-    """An nsqlookupd stand-in (a V1 peer and ``GET /channels``) that holds its answer to
-    ``/channels?topic=<gated topic>`` until ``release(channels)``, so that topic stays not
-    started for as long as a test needs; it knows no channels of any other topic."""
+class FakeLookupd:
+    """An nsqlookupd stand-in: a V1 peer whose IDENTIFY answer names ``http_port``, with an HTTP
+    API there (``answer``, each subclass's) or, if ``http`` is False, nothing listening there."""
 
-    def __init__(self, topic: str):
-        self.topic = topic
-        self.asked_about: set[str] = set()  # topics whose channels nsqd asked for
-        self.queried = trio.Event()
-        self._released = trio.Event()
-        self._channels: list[str] = []
+    def __init__(self):
         self.tcp_port = self.http_port = 0
 
-    async def start(self, nursery: trio.Nursery) -> None:
+    async def start(self, nursery: trio.Nursery, http: bool = True) -> None:
         tcp = await open_listeners("127.0.0.1:0", "fake lookupd TCP")
-        http = await open_listeners("127.0.0.1:0", "fake lookupd HTTP")
-        self.tcp_port, self.http_port = bound_port(tcp), bound_port(http)
+        self.tcp_port = bound_port(tcp)
         await nursery.start(trio.serve_listeners, self._serve_peer, tcp)
-        await nursery.start(HTTPServer(self._channels_answer, max_body_size=1024).serve, http)
+        if http:
+            listeners = await open_listeners("127.0.0.1:0", "fake lookupd HTTP")
+            self.http_port = bound_port(listeners)
+            await nursery.start(HTTPServer(self.answer, max_body_size=1024).serve, listeners)
+        else:
+            with socket.socket() as unused:
+                unused.bind(("127.0.0.1", 0))
+                self.http_port = unused.getsockname()[1]
 
-    def release(self, channels: list[str]) -> None:
-        self._channels = channels
-        self._released.set()
+    async def answer(self, request) -> Response:
+        raise NotImplementedError
 
     async def _serve_peer(self, stream) -> None:
         parser = ServerParser()
@@ -176,8 +175,26 @@ class GatedLookupd:
                 if isinstance(command, Identify):
                     parser.identified = True
                     answer = json.dumps({"tcp_port": self.tcp_port, "http_port": self.http_port, "version": "1.3.0",
-                                         "broadcast_address": "127.0.0.1", "hostname": "gated"}).encode()
+                                         "broadcast_address": "127.0.0.1", "hostname": "fake"}).encode()
                 await stream.send_all(encode_response(answer))
+
+
+class GatedLookupd(FakeLookupd):
+    """A fake nsqlookupd that holds its answer to ``/channels?topic=<gated topic>`` until
+    ``release(channels)``, so that topic stays not started for as long as a test needs; it
+    knows no channels of any other topic."""
+
+    def __init__(self, topic: str):
+        super().__init__()
+        self.topic = topic
+        self.asked_about: set[str] = set()  # topics whose channels nsqd asked for
+        self.queried = trio.Event()
+        self._released = trio.Event()
+        self._channels: list[str] = []
+
+    def release(self, channels: list[str]) -> None:
+        self._channels = channels
+        self._released.set()
 
     async def wait_for_nsqd(self, nsqd_tcp_port: int) -> None:
         """Until nsqd asks about the topics it creates: a new topic's PUB is answered after
@@ -191,7 +208,7 @@ class GatedLookupd:
 
         await await_until(asked_about_a_warmup, what="nsqd asking about the topics it creates")
 
-    async def _channels_answer(self, request) -> Response:
+    async def answer(self, request) -> Response:
         topic = request.query.removeprefix("topic=")
         self.asked_about.add(topic)
         if topic != self.topic:
@@ -199,6 +216,17 @@ class GatedLookupd:
         self.queried.set()
         await self._released.wait()
         return Response(200, json.dumps({"channels": self._channels}).encode())
+
+
+class FailingLookupd(FakeLookupd):
+    """A fake nsqlookupd whose every ``/channels`` answer is ``status`` with ``body``."""
+
+    def __init__(self, status: int, body: bytes):
+        super().__init__()
+        self.status, self.body = status, body
+
+    async def answer(self, request) -> Response:
+        return Response(self.status, self.body)
 
 
 @requires_go
@@ -236,6 +264,49 @@ async def test_a_command_for_a_topic_still_starting_is_answered_at_once(kind, tm
             assert (await await_until(delivered_to_both, what="both channels holding both messages"))["depth"] == 0
     finally:
         assert nsqd.stop() == 0
+
+
+# How the only nsqlookupd fails nsqd's question about a new topic's channels.
+LOOKUPD_FAILURES = {
+    "404 with a body": lambda: FailingLookupd(404, b'{"message":"NOT_FOUND"}'),
+    "500 without": lambda: FailingLookupd(500, b""),
+    "nothing at its HTTP port": lambda: FailingLookupd(200, b""),
+}
+
+
+async def failed_query_warning(nsqd, fake: FakeLookupd) -> str:
+    """The warning of the first new topic whose question nsqd logs as failed (nsqd asks only once
+    it has stored the lookupd's IDENTIFY answer), its topic and the lookupd's port named."""
+    topics = (f"failing{n}" for n in itertools.count())
+
+    async def warned() -> str | None:
+        topic = next(topics)
+        await _tcp(nsqd.tcp_port, Pub(topic, b"x").to_bytes())
+        for line in nsqd.log().splitlines():
+            if f"pre-create for topic {topic} -" in line:
+                return line.split(" ", 3)[3].replace(topic, "TOPIC").replace(str(fake.http_port), "PORT")
+        return None
+
+    return await await_until(warned, what="a warning about the channels query")
+
+
+@requires_go
+@pytest.mark.parametrize("failure", list(LOOKUPD_FAILURES))
+async def test_a_failed_channels_query_is_logged_in_nsqs_words(failure, tmp_path, nursery):
+    """Go's nsqd and ours, each with one fake nsqlookupd that fails the question in the same way,
+    log the same warning (NSQ's http_api client: ``got response 404 Not Found "..."``, or Go's
+    words for a refused connect), and the topic starts all the same."""
+    warnings = {}
+    for kind in sorted(DAEMONS):
+        fake = LOOKUPD_FAILURES[failure]()
+        await fake.start(nursery, http=failure != "nothing at its HTTP port")
+        nsqd = DAEMONS[kind][0](f"--data-path={tmp_path}", f"--lookupd-tcp-address=127.0.0.1:{fake.tcp_port}")
+        try:
+            warnings[kind] = await failed_query_warning(nsqd, fake)
+        finally:
+            assert nsqd.stop() == 0
+    assert warnings["ours"] == warnings["go"]
+    assert "WARNING: failed to query nsqlookupd for channels to pre-create for topic TOPIC - " in warnings["go"]
 
 
 @requires_go
