@@ -281,9 +281,12 @@ class NSQD:
         return encoded
 
     def save_metadata(self) -> None:
-        """Write nsqd.dat now, holding the event loop (at start and at exit)."""
+        """Write nsqd.dat now, holding the event loop (at start and at exit). At start this fills the
+        encoded entries' cache before gc.freeze(), so the first rewrite after finds every entry there and
+        the collector never walks them."""
         try:
-            self._metadata_writer.write(self._metadata_writer.number(), metadata.encode(self._metadata_snapshot()))
+            encoded = at_once(self._metadata_entries.steps(self._metadata_snapshot()))
+            self._metadata_writer.write(self._metadata_writer.number(), encoded)
         except OSError as exc:
             log.error("failed to persist metadata - %s", exc)
 

@@ -4,9 +4,15 @@ One event loop serves every client: an answer built over 10,000 topics x 2 chann
 (``/stats``, ``/metrics``, nsqd.dat) held it for hundreds of milliseconds, and every PUB
 waited. Such work is written as a generator that yields between small steps (a topic, a few
 hundred lines) and returns its result; ``in_slices`` runs it, letting the loop serve
-everyone else (a checkpoint) whenever a slice has run for ``SLICE_SECONDS``, and
-``at_once`` runs it without a pause, for callers that are not on the loop or must not be
-interleaved (start-up, a graceful stop).
+everyone else (a checkpoint) whenever the loop has run for ``SLICE_SECONDS`` since it last
+polled for I/O, and ``at_once`` runs it without a pause, for callers that are not on the loop
+or must not be interleaved (start-up, a graceful stop).
+
+The slice is the loop's, shared by every work in slices, not each work's own: trio runs every
+task that is ready before it polls again, so two works with a slice each (a pause's nsqd.dat
+written by its request while the rewrite a new topic asked for runs) held the loop for two
+slices between polls, and a PUB arriving meanwhile waited for both. A trio instrument notes
+when the loop comes back from each poll.
 
 While such work runs, CPython's cyclic collector waits (``collector_held``): what it builds
 (a dict per topic and per channel: 100,000 containers for 10,000 topics) would otherwise
@@ -53,18 +59,43 @@ def collector_held():
             gc.enable()
 
 
+class _LoopPolls(trio.abc.Instrument):
+    """When the event loop last came back from polling for I/O: where the shared slice begins."""
+
+    def __init__(self):
+        self.at = time.perf_counter()
+
+    def after_io_wait(self, timeout: float) -> None:
+        self.at = time.perf_counter()
+
+
+_polls: trio.lowlevel.RunVar = trio.lowlevel.RunVar("slices_loop_polls")
+
+
+def _loop_polls() -> _LoopPolls:
+    """This trio run's instrument, added when a work in slices first runs (an instrument of only
+    this hook costs the loop one call a poll)."""
+    try:
+        return _polls.get()
+    except LookupError:
+        polls = _LoopPolls()
+        trio.lowlevel.add_instrument(polls)
+        _polls.set(polls)
+        return polls
+
+
 async def in_slices(steps: Steps[T]) -> T:
-    """Run ``steps`` to its result, with a checkpoint whenever a slice has taken SLICE_SECONDS."""
+    """Run ``steps`` to its result, with a checkpoint after any step that ends once the loop has
+    run for SLICE_SECONDS since it last polled; at least one step each time the task runs."""
+    polls = _loop_polls()
     with collector_held():
-        started = time.perf_counter()
         while True:
             try:
                 next(steps)
             except StopIteration as done:
                 return done.value
-            if time.perf_counter() - started >= SLICE_SECONDS:
+            if time.perf_counter() - polls.at >= SLICE_SECONDS:
                 await trio.sleep(0)
-                started = time.perf_counter()
 
 
 def at_once(steps: Steps[T]) -> T:

@@ -44,6 +44,38 @@ async def test_in_slices_lets_other_tasks_run_between_slices_and_returns_the_res
     assert longest_hold < 0.25  # a failure bound only: at once it would be the whole 25 slices plus
 
 
+class StepsBetweenPolls(trio.abc.Instrument):
+    """The steps the works in slices took between two polls of the loop for I/O, poll by poll."""
+
+    def __init__(self):
+        self.counts = [0]
+
+    def after_io_wait(self, timeout: float) -> None:
+        self.counts.append(0)
+
+    def count(self, steps):
+        for step in steps:
+            self.counts[-1] += 1
+            yield step
+        return "done"
+
+
+async def test_works_in_slices_at_once_share_one_slice_between_polls():
+    """Two works of quarter-slice steps: between two polls the loop runs at most a slice of them,
+    plus one step of the work that finds the slice spent (each slice its own: eight steps). Steps
+    only take longer on a busy machine, so the bound holds there too."""
+    polls = StepsBetweenPolls()
+    trio.lowlevel.add_instrument(polls)
+    try:
+        async with trio.open_nursery() as nursery:
+            for _ in range(2):
+                nursery.start_soon(in_slices, polls.count(busy_steps(40, SLICE_SECONDS / 4)))
+    finally:
+        trio.lowlevel.remove_instrument(polls)
+    assert sum(polls.counts) == 80
+    assert max(polls.counts) <= 5, polls.counts
+
+
 def test_at_once_runs_every_step():
     assert at_once(busy_steps(3, 0)) == "done"
 
