@@ -38,7 +38,7 @@ class Lookup:
         self.nsqd = nsqd
         self.peers: dict[str, LookupPeer] = {}
         self._http = HTTPGetter(nsqd.opts.http_client_connect_timeout, nsqd.opts.http_client_request_timeout)
-        self._http_wanted = False
+        self._http_closer_started = False
 
     def set_addresses(self, addresses: list[str]) -> None:
         """Start peers for new addresses, stop the ones no longer listed."""
@@ -52,8 +52,8 @@ class Lookup:
                 peer = LookupPeer(address, self.nsqd)
                 self.peers[address] = peer
                 self.nsqd.spawn(peer.run)
-        if addresses and not self._http_wanted:
-            self._http_wanted = True
+        if addresses and not self._http_closer_started:
+            self._http_closer_started = True
             self.nsqd.spawn(self._close_http_at_exit)
 
     def connected(self) -> bool:
