@@ -50,6 +50,11 @@ def join_host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _bound(seconds: float) -> float:
+    """A timeout flag's seconds as a deadline's: 0 (Go's zero duration) is none."""
+    return seconds if seconds > 0 else math.inf
+
+
 def http_url(host: str, port: int, target: str) -> str:
     return f"http://{join_host_port(host, port)}{target}"
 
@@ -102,7 +107,7 @@ class HTTPGetter:
         address = join_host_port(host, port)
         request = f"GET {target} HTTP/1.1\r\nHost: {address}\r\nAccept: {ACCEPT_V1}\r\n\r\n".encode()
         url = http_url(host, port, target)
-        with trio.move_on_after(self.request_timeout if self.request_timeout > 0 else math.inf):
+        with trio.move_on_after(_bound(self.request_timeout)):
             try:
                 return await self._exchange(host, port, address, request)
             except _DialError as exc:
@@ -132,7 +137,7 @@ class HTTPGetter:
         return await self._round_trip(address, await self._connect(host, port, address), request)
 
     async def _connect(self, host: str, port: int, address: str) -> trio.SocketStream:
-        with trio.move_on_after(self.connect_timeout if self.connect_timeout > 0 else math.inf):
+        with trio.move_on_after(_bound(self.connect_timeout)):
             try:
                 return await trio.open_tcp_stream(host, port)
             except OSError as exc:

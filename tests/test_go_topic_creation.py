@@ -25,7 +25,7 @@ from common.protocol_v1 import NEED_DATA, Identify, ServerParser, encode_respons
 from serving.http import HTTPServer, Response
 from serving.listeners import bound_port, open_listeners
 
-from .admin_helpers import AdminProcess
+from .admin_helpers import AdminProcess, closed_port_address
 from .auth_helpers import auth_server  # noqa: F401 (a fixture)
 from .go_nsq import GoAdminProcess, GoLookupdProcess, GoNsqdProcess, requires_go
 from .helpers import NsqdProcess, RawClient
@@ -145,7 +145,8 @@ async def test_the_creating_command_is_answered_once_the_cluster_channels_exist(
 
 class FakeLookupd:
     """An nsqlookupd stand-in: a V1 peer whose IDENTIFY answer names ``http_port``, with an HTTP
-    API there (``answer``, each subclass's) or, if ``http`` is False, nothing listening there."""
+    API there that knows no channels of any topic (unless a subclass's ``answer`` says otherwise)
+    or, if ``http`` is False, nothing listening there."""
 
     def __init__(self):
         self.tcp_port = self.http_port = 0
@@ -159,12 +160,10 @@ class FakeLookupd:
             self.http_port = bound_port(listeners)
             await nursery.start(HTTPServer(self.answer, max_body_size=1024).serve, listeners)
         else:
-            with socket.socket() as unused:
-                unused.bind(("127.0.0.1", 0))
-                self.http_port = unused.getsockname()[1]
+            self.http_port = int(closed_port_address().rsplit(":", 1)[1])
 
     async def answer(self, request) -> Response:
-        raise NotImplementedError
+        return Response(200, b'{"channels":[]}')
 
     async def _serve_peer(self, stream) -> None:
         parser = ServerParser()
@@ -212,7 +211,7 @@ class GatedLookupd(FakeLookupd):
         topic = request.query.removeprefix("topic=")
         self.asked_about.add(topic)
         if topic != self.topic:
-            return Response(200, b'{"channels":[]}')
+            return await super().answer(request)
         self.queried.set()
         await self._released.wait()
         return Response(200, json.dumps({"channels": self._channels}).encode())

@@ -5,12 +5,12 @@ closed, and words a request that got no answer as Go's http.Client does. Go's ns
 on the same failures, is in test_go_topic_creation.py.
 """
 
-import socket
-
 import pytest
 import trio
 
 from nsqd.http_get import ACCEPT_V1, Answer, HTTPGetError, HTTPGetter
+
+from .admin_helpers import closed_port_address
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{\"channels\":[]}"
 
@@ -90,12 +90,6 @@ async def test_a_chunked_error_answer_is_read_whole(nursery):
     assert server.connections == 1
 
 
-def unused_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.mark.parametrize(("script", "error"), [
     ([(b"", True)], "EOF"),
     ([(b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{\"chan", True)], "unexpected EOF"),
@@ -110,7 +104,7 @@ async def test_an_answer_cut_short_or_malformed_is_an_error(nursery, script, err
 
 
 async def test_a_refused_connect_is_worded_as_gos_dial_error():
-    port = unused_port()
+    port = int(closed_port_address().rsplit(":", 1)[1])
     with pytest.raises(HTTPGetError) as failed:
         await HTTPGetter(2.0, 5.0).get("127.0.0.1", port, "/x")
     assert str(failed.value) == f'Get "http://127.0.0.1:{port}/x": dial tcp 127.0.0.1:{port}: connect: connection refused'
