@@ -194,6 +194,7 @@ def operations(args, cert_dir: str) -> list[Operation]:
     idle_size = f"{args.idle_topics:,} topics x {args.idle_channels} channels"
     certificates: list = []
     return [
+        Operation("idle", "nothing: the steady publisher alone (the floor of every row)", lambda daemon: None),
         Operation("create", f"create {args.new_topics} topics {args.new_topic_interval * 1000:g} ms apart",
                   create_topics(args.new_topics, args.new_topic_interval)),
         Operation("stats", f"/stats every {args.stats_interval:g} s, {idle_size}",

@@ -137,6 +137,7 @@ class Connection:
     async def _read_loop(self) -> None:
         while True:
             pending = await self._receive()
+            await self.nsqd.turns.take()  # what the poller hands back to many tasks at once
             if isinstance(pending, ClientError):  # a command the backend handed over failed
                 if await self._refuse(pending):
                     return
@@ -331,7 +332,7 @@ class Connection:
                 if tls:
                     log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", client.remote_address)
                     async with self.nsqd.tls_handshakes:  # a few at a time: each step holds the loop
-                        self.backend = await self.backend.start_tls(self.nsqd.tls_context)
+                        self.backend = await self.backend.start_tls(self.nsqd.tls_context, self.nsqd.turns)
                     client.set_tls(tls_state(self.backend.stream))
                     await self._send_ok()
                 if codec is not None:

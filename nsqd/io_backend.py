@@ -56,8 +56,9 @@ class IOBackend(Protocol):
     def now(self) -> float:
         """trio's clock."""
 
-    async def start_tls(self, context) -> "IOBackend":
-        """The TLS handshake done: a portable backend over the TLS stream."""
+    async def start_tls(self, context, turns) -> "IOBackend":
+        """The TLS handshake done: a portable backend over the TLS stream, whose reads take
+        ``turns`` (nsqd/turns.py)."""
 
     def compress(self, codec, received: bytes) -> "IOBackend":
         """A portable backend through ``codec`` (``received``: bytes still to decode)."""

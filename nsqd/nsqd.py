@@ -50,6 +50,7 @@ from .stats import GCPauses
 from .tcp import TCPServer
 from .tls import client_context, server_context
 from .topic import Topic
+from .turns import Turns
 from .worker_shares import run_in_shares
 
 log = logging.getLogger("nsqd")
@@ -79,6 +80,7 @@ class NSQD:
         # TLS handshakes at once: 200 clients connecting together put 200 handshake steps (a
         # signature each) in one round of the loop, and a PUB waited behind all of them
         self.tls_handshakes = trio.CapacityLimiter(TLS_HANDSHAKES)
+        self.turns = Turns()  # new connections' work, a few tasks a round (nsqd/turns.py)
         self.auth_servers = AuthServers(
             opts.auth_http_address, opts.auth_http_request_method, opts.http_client_connect_timeout,
             opts.http_client_request_timeout, client_context(opts)) if opts.auth_http_address else None
@@ -131,6 +133,7 @@ class NSQD:
                 nursery.start_soon(self._metadata_loop)
                 nursery.start_soon(self.file_remover.run)
                 nursery.start_soon(self.heartbeats.run)
+                nursery.start_soon(self.turns.run)
                 nursery.start_soon(self.deferred_timer.run)
                 self.tcp.start(nursery)
                 nursery.start_soon(self.message_ttl.run)

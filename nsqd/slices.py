@@ -84,6 +84,11 @@ def _loop_polls() -> _LoopPolls:
         return polls
 
 
+def slice_spent() -> bool:
+    """Whether the loop has run for SLICE_SECONDS since it last polled for I/O."""
+    return time.perf_counter() - _loop_polls().at >= SLICE_SECONDS
+
+
 async def in_slices(steps: Steps[T]) -> T:
     """Run ``steps`` to its result, with a checkpoint after any step that ends once the loop has
     run for SLICE_SECONDS since it last polled; at least one step each time the task runs."""

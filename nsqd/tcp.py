@@ -56,6 +56,7 @@ class TCPServer:
 
     async def serve(self, stream: trio.abc.Stream, client_id: int) -> None:
         """One connection, from its accept to its end."""
+        await self.nsqd.turns.take()  # clients connecting together start a few a round
         remote = remote_address(stream)
         conn = Connection(self.nsqd, self.backend_for(stream), client_id, remote)
         self.connections.add(conn)

@@ -14,7 +14,7 @@ from bench.bench_stalls import figures, pooled
 from .go_nsq import requires_go
 from .helpers import ROOT
 
-KEYS = ("create", "stats", "stats_json", "metrics", "nsqd_dat", "delete", "empty", "tls", "gc")
+KEYS = ("idle", "create", "stats", "stats_json", "metrics", "nsqd_dat", "delete", "empty", "tls", "gc")
 LOGGED = re.compile(r"^(\w+) round 1, (Go|ours): p50 ([\d.]+), p99 ([\d.]+), p99\.9 ([\d.]+), max ([\d.]+) ms "
                     r"\((\d+) PUBs\)", re.M)
 
