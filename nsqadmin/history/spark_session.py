@@ -6,13 +6,14 @@ minute of new snapshots, in nsqadmin's worker one after another on the same JVM)
 has the C1 compiler alone, the serial collector and a heap of SMALL_RUN_DRIVER_MEMORY, which
 is what a worker keeps between runs. A large run (a first rollup of a day) spends its time in
 Spark's generated loops over millions of rows, which run about twice as fast once C2 compiles
-them, so it gets a JVM of its own with the full JIT, the parallel collector and a heap of
-DRIVER_MEMORY, ended when the session stops (a run of the other size stops the session, and
-the JVM with it, so the next one starts with its own options). Either way the JVM maps the
-classes it loaded in earlier runs from a class-data-sharing archive (class_archive.py), which
-the first run writes as its JVM exits. Spark's own logging is cut to errors by a log4j2 file
-written for the session's lifetime, so the job's progress lines stay readable. The number of
-shuffle partitions is set per run, from the size of the raw files read.
+them, so it gets a JVM of its own with the full JIT (compiling only the hotter methods), the
+parallel collector and a heap of DRIVER_MEMORY, ended when the session stops (a run of the
+other size stops the session, and the JVM with it, so the next one starts with its own
+options). Either way the JVM maps the classes it loaded in earlier runs from a
+class-data-sharing archive (class_archive.py), which the first run writes as its JVM exits.
+Spark's own logging is cut to errors by a log4j2 file written for the session's lifetime, so
+the job's progress lines stay readable. The number of shuffle partitions is set per run, from
+the size of the raw files read.
 """
 
 import logging
@@ -45,7 +46,11 @@ EXECUTOR_MEMORY = "1500m"
 # of RSS, with these to ~550 MiB, at the same CPU a run.
 SMALL_RUN_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms32m -XX:MinHeapFreeRatio=10 "
                          "-XX:MaxHeapFreeRatio=30 -XX:ReservedCodeCacheSize=48m -Xss512k")
-LARGE_RUN_JVM_OPTIONS = "-XX:+UseParallelGC"
+# A large run's JVM compiles a method with C1 or C2 after ten times the usual invocations and
+# loop iterations: with the defaults C2 spent ~28 CPU s of a full run's ~120 on the 2 cores the
+# tasks need (3,500 methods), with these 10-13, and the tasks took no more CPU (the hot loops
+# still reach C2); at thirty times they took more.
+LARGE_RUN_JVM_OPTIONS = "-XX:+UseParallelGC -XX:CompileThresholdScaling=10"
 LARGE_RUN_BYTES = 32 << 20
 JVM_EXIT_SECONDS = 120
 # One shuffle partition per this many bytes of raw Parquet: at fewer partitions the window's
