@@ -68,6 +68,10 @@ class _LoopPolls(trio.abc.Instrument):
     def after_io_wait(self, timeout: float) -> None:
         self.at = time.perf_counter()
 
+    def slice_spent(self) -> bool:
+        """Whether the loop has run for SLICE_SECONDS since it last polled for I/O."""
+        return time.perf_counter() - self.at >= SLICE_SECONDS
+
 
 _polls: trio.lowlevel.RunVar = trio.lowlevel.RunVar("slices_loop_polls")
 
@@ -86,7 +90,7 @@ def _loop_polls() -> _LoopPolls:
 
 def slice_spent() -> bool:
     """Whether the loop has run for SLICE_SECONDS since it last polled for I/O."""
-    return time.perf_counter() - _loop_polls().at >= SLICE_SECONDS
+    return _loop_polls().slice_spent()
 
 
 async def in_slices(steps: Steps[T]) -> T:
@@ -99,7 +103,7 @@ async def in_slices(steps: Steps[T]) -> T:
                 next(steps)
             except StopIteration as done:
                 return done.value
-            if time.perf_counter() - polls.at >= SLICE_SECONDS:
+            if polls.slice_spent():
                 await trio.sleep(0)
 
 
