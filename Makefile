@@ -52,8 +52,12 @@ $(NSQJS): tests/nsqjs/package-lock.json
 	cd tests/nsqjs && npm ci --no-audit --no-fund --loglevel=error
 	touch $(NSQJS)
 
+# Two pytest workers, a test module each at a time (its module fixtures and its fixed names stay in
+# one process), then the browser tests alone: Playwright's sync API keeps an asyncio loop running in
+# its worker's main thread, which the asyncio-based clients (pynsq, Tornado) of other tests cannot share.
 test: $(STAMP) $(CHROMIUM) $(NSQJS) java-runtime
-	$(BIN)/python -m pytest -q --durations=20
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not browser" --durations=20
+	$(BIN)/python -m pytest -q -m browser --durations=5
 
 # The nsqd, common and client tests on every other supported Python found (pyenv's or on PATH),
 # each in a virtualenv of its own (.venv-3.12, .venv-3.13); a version not found is skipped, saying so.

@@ -80,6 +80,15 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report):
+    """Captured output as text any transport can carry: a test that sends nsqd undecodable bytes
+    gets them logged back as surrogates (common/errors.py keeps Go's bytes on the wire), which
+    pytest-xdist's workers (`make test`) cannot send to the controller."""
+    report.sections = [(title, text.encode("utf-8", "backslashreplace").decode("utf-8"))
+                       for title, text in report.sections]
+
+
 @pytest.fixture(scope="session")
 def chromium():
     """One headless Debian Chromium for the whole session, driven by Playwright (no browser download)."""
